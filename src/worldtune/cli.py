@@ -1,0 +1,198 @@
+"""The `worldtune` command line: one subcommand per stage.
+
+Each stage command takes an optional TOML config and dotted overrides
+(`worldtune train configs/demo.toml --train.steps 50`), resolves the typed config, and calls the
+stage's `run(...)` function. Our own errors print as one line and exit 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any, Callable, Optional
+
+import typer
+
+from worldtune.errors import NotBuiltError, WorldtuneError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Post-train Cosmos world models on robot data, generate videos, and score them.")
+model_app = typer.Typer(no_args_is_help=True, help="Build, inspect and plan models.")
+launch_app = typer.Typer(no_args_is_help=True, help="Launch training on several GPUs or under SLURM.")
+app.add_typer(model_app, name="model")
+app.add_typer(launch_app, name="launch")
+
+_STAGE_CTX = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _quiet_libraries() -> None:
+    """diffusers/transformers warn about things that are expected here (random weights, tiny vocab)."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _stage(module: str, func: str = "run") -> Callable[..., Any]:
+    """Import a stage's entry point, or say in one line that the stage is not built yet."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("worldtune"):
+            raise NotBuiltError(f"this stage ({module}) is not built yet") from None
+        raise
+    return getattr(mod, func)
+
+
+def _resolve(config: Optional[str], ctx: typer.Context, print_config: bool, section: str | None = None):
+    from worldtune.config import dump_config, load_config
+
+    cfg = load_config(config, list(ctx.args))
+    if print_config:
+        typer.echo(dump_config(getattr(cfg, section) if section else cfg))
+        raise typer.Exit(0)
+    return cfg
+
+
+_CONFIG_ARG = typer.Argument(None, help="TOML config file (optional: every field has a default)")
+_PRINT = typer.Option(False, "--print-config", help="Print the resolved config and exit.")
+
+
+@app.command(context_settings=_STAGE_CTX)
+def prepare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Turn a LeRobot dataset into training clips (grid or separate views), with a report."""
+    cfg = _resolve(config, ctx, print_config, "prepare")
+    _stage("worldtune.data.prepare")(cfg)
+
+
+@app.command(context_settings=_STAGE_CTX)
+def cache(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Cache VAE latents per clip and text embeddings per prompt."""
+    cfg = _resolve(config, ctx, print_config, "cache")
+    _stage("worldtune.data.cache")(cfg)
+
+
+@app.command(context_settings=_STAGE_CTX)
+def train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Post-train the DiT (LoRA, DoRA or full) with the rectified-flow objective."""
+    cfg = _resolve(config, ctx, print_config)
+    _stage("worldtune.train.trainer")(cfg)
+
+
+@app.command()
+def export(checkpoint: str = typer.Argument(..., help="checkpoint directory (or a run folder: its newest)"),
+           out: str = typer.Argument(..., help="output folder"),
+           fuse: bool = typer.Option(False, "--fuse", help="fuse the adapter into a full transformer folder")) -> None:
+    """Export a checkpoint as diffusers files (LoRA weights or a transformer folder)."""
+    _stage("worldtune.train.export")(checkpoint, out, fuse=fuse)
+
+
+@app.command(context_settings=_STAGE_CTX)
+def generate(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Generate videos from (first frame, prompt) pairs with a base model and adapters."""
+    cfg = _resolve(config, ctx, print_config)
+    _stage("worldtune.infer.generate")(cfg)
+
+
+@app.command(context_settings=_STAGE_CTX)
+def evaluate(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Score generation folders: Sampson geometry and a VLM judge."""
+    cfg = _resolve(config, ctx, print_config, "evaluate")
+    _stage("worldtune.eval.evaluate")(cfg)
+
+
+@app.command(context_settings=_STAGE_CTX)
+def report(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Write an HTML report and a Markdown summary of evaluations and training runs."""
+    cfg = _resolve(config, ctx, print_config, "report")
+    _stage("worldtune.eval.report")(cfg)
+
+
+@app.command()
+def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every stage's output"),
+         steps: int = typer.Option(200, "--steps", help="training steps")) -> None:
+    """Run every stage end to end on the tiny model (a few minutes on 2 CPU cores)."""
+    _stage("worldtune.demo")(out, steps=steps)
+
+
+@app.command()
+def doctor() -> None:
+    """Check Python, torch, CUDA vs the GPU, attention backends, libraries, codecs and disk."""
+    code = _stage("worldtune.doctor")()
+    raise typer.Exit(code or 0)
+
+
+@model_app.command("init")
+def model_init(name: str = typer.Argument(..., help="registry name, e.g. tiny-predict2.5"),
+               out: str = typer.Argument(..., help="output directory (diffusers format)"),
+               seed: int = typer.Option(0, "--seed")) -> None:
+    """Write a complete random-initialised diffusers pipeline directory for a spec."""
+    _stage("worldtune.models.load", "init_model_dir")(name, out, seed=seed)
+
+
+@model_app.command("info")
+def model_info(name: str = typer.Argument(..., help="registry name or model directory"),
+               frames: Optional[int] = typer.Option(None, "--frames"),
+               height: Optional[int] = typer.Option(None, "--height"),
+               width: Optional[int] = typer.Option(None, "--width"),
+               batch: int = typer.Option(1, "--batch"),
+               lora_rank: int = typer.Option(32, "--lora-rank"),
+               mode: str = typer.Option("lora", "--mode", help="lora | dora | full (for --plan)"),
+               plan: bool = typer.Option(False, "--plan", help="memory plan for --gpus GPUs"),
+               gpus: int = typer.Option(1, "--gpus"),
+               gpu_mem: float = typer.Option(141.0, "--gpu-mem", help="GB per GPU")) -> None:
+    """Parameters, LoRA parameters, latent shape, tokens, FLOPs and memory of a model."""
+    _stage("worldtune.models.info", "print_info")(
+        name, frames=frames, height=height, width=width, batch=batch, lora_rank=lora_rank,
+        mode=mode, plan=plan, gpus=gpus, gpu_mem=gpu_mem)
+
+
+@launch_app.command("local", context_settings=_STAGE_CTX)
+def launch_local(ctx: typer.Context, config: str = typer.Argument(...),
+                 gpus: int = typer.Option(1, "--gpus"),
+                 max_restarts: int = typer.Option(3, "--max-restarts")) -> None:
+    """Run training on G GPUs of this machine (torchrun), requeueing on preemption."""
+    _stage("worldtune.launch.local")(config, list(ctx.args), gpus=gpus, max_restarts=max_restarts)
+
+
+@launch_app.command("slurm", context_settings=_STAGE_CTX)
+def launch_slurm(ctx: typer.Context, config: str = typer.Argument(...),
+                 nodes: int = typer.Option(1, "--nodes"), gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+                 partition: Optional[str] = typer.Option(None, "--partition"),
+                 qos: Optional[str] = typer.Option(None, "--qos"), time: str = typer.Option("48:00:00", "--time"),
+                 account: Optional[str] = typer.Option(None, "--account"),
+                 max_retries: int = typer.Option(5, "--max-retries"),
+                 out: str = typer.Option("slurm", "--out", help="folder for the script and logs"),
+                 submit: bool = typer.Option(False, "--submit")) -> None:
+    """Write (and with --submit, submit) an sbatch script with signal handling and requeue."""
+    _stage("worldtune.launch.slurm")(config, list(ctx.args), nodes=nodes, gpus_per_node=gpus_per_node,
+                                     partition=partition, qos=qos, time=time, account=account,
+                                     max_retries=max_retries, out=out, submit=submit)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: our errors become one line on stderr and exit code 1 (2: not built)."""
+    _quiet_libraries()
+    try:
+        app(args=argv, standalone_mode=False)
+    except WorldtuneError as e:
+        typer.echo(f"error: {e}", err=True)
+        return getattr(e, "exit_code", 1)
+    except typer.Exit as e:
+        return e.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        return 130
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+"""Typed configs for every stage, loaded from TOML and overridable from the command line.
+
+One TOML file may hold any of the sections `[model]`, `[prepare]`, `[cache]`, `[train]`,
+`[generate]`, `[evaluate]`, `[report]`; each command reads the sections it needs. Every field has
+a default that works on the tiny demo, so an empty file is a valid config. Overrides use dotted
+paths, torchtitan style: `--train.steps 100 --train.lora.rank 8`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from worldtune.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class Section(BaseModel):
+    """Base for config sections: unknown keys are errors (a typo must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ----------------------------------------------------------------------------------------- model
+class ModelConfig(Section):
+    """Which model: a registry name (random init) or a local diffusers directory (real weights)."""
+
+    name: str = "tiny-predict2.5"
+    path: str | None = None  # local diffusers-format pipeline directory; overrides random init
+    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    seed: int = 0  # for random initialisation from a spec
+
+
+# --------------------------------------------------------------------------------------- prepare
+class GridConfig(Section):
+    """A rows x cols tiling; `cells` maps camera role -> [row, col]. Unmapped cells are black."""
+
+    rows: int = 2
+    cols: int = 2
+    cells: dict[str, tuple[int, int]] = Field(
+        default_factory=lambda: {"exterior_1": (0, 0), "exterior_2": (0, 1), "wrist": (1, 0)}
+    )
+
+
+class PrepareConfig(Section):
+    """`worldtune prepare`: a LeRobot (v2.x, v3) or plain video dataset into training clips."""
+
+    source: str = "demo_out/lerobot"  # dataset root
+    out: str = "demo_out/dataset"  # prepared dataset folder
+    # camera role -> dataset feature key (LeRobot) ; roles are what layouts refer to
+    cameras: dict[str, str] = Field(
+        default_factory=lambda: {
+            "exterior_1": "observation.images.exterior_1_left",
+            "exterior_2": "observation.images.exterior_2_left",
+            "wrist": "observation.images.wrist_left",
+        }
+    )
+    layout: Literal["grid", "separate", "single"] = "grid"
+    grid: GridConfig = Field(default_factory=GridConfig)
+    num_frames: int = 17
+    stride: int = 1
+    clip_policy: Literal["episode", "sliding"] = "episode"
+    overlap: int = 0  # frames shared by consecutive sliding windows
+    height: int = 64
+    width: int = 112
+    fps: float | None = None  # output fps; None = source fps / stride
+    resize: Literal["pad", "crop"] = "pad"  # aspect kept: pad with black, or center crop
+    prompt_template: str = "droid_grid"  # preset name (droid_grid, gr1, plain) or a string with {task}
+    missing_task: Literal["skip", "fallback"] = "fallback"
+    fallback_task: str = "performs a task."
+    only_successful: bool = False
+    max_episodes: int | None = None
+    val_fraction: float = 0.1  # episodes held out (split="val") for validation and generation
+    seed: int = 0  # which episodes are held out
+    workers: int = 2
+    codec: str = "libx264"
+    crf: int = 18
+
+    @field_validator("num_frames")
+    @classmethod
+    def _frames_4k1(cls, v: int) -> int:
+        return _check_4k1(v)
+
+
+# ----------------------------------------------------------------------------------------- cache
+class CacheConfig(Section):
+    """`worldtune cache`: VAE latents per clip and text embeddings per unique prompt."""
+
+    dataset: str = "demo_out/dataset"
+    out: str | None = None  # default: <dataset>/cache/<model-key>
+    batch_size: int = 4
+    text: Literal["raw", "projected"] = "raw"  # projected: store crossattn_proj output (2.5, LoRA only)
+    device: str = "auto"
+
+
+# ----------------------------------------------------------------------------------------- train
+class LoraConfig(Section):
+    rank: int = 32
+    alpha: float | None = None  # None = rank (alpha/rank = 1, as NVIDIA and the diffusers example)
+    dropout: float = 0.0
+    targets: list[str] = Field(
+        default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"]
+    )
+    init: Literal["default", "gaussian"] = "default"
+
+    @field_validator("rank")
+    @classmethod
+    def _rank_positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"lora rank must be > 0, got {v}")
+        return v
+
+
+class CheckpointConfig(Section):
+    every: int = 100  # optimizer steps between checkpoints (0 = only at the end)
+    keep: int = 3  # keep the newest K complete checkpoints
+    milestones: list[int] = Field(default_factory=list)  # steps never deleted
+
+
+class TrainConfig(Section):
+    """`worldtune train`: rectified-flow post-training (LoRA, DoRA or full) of the DiT."""
+
+    dataset: str = "demo_out/dataset"
+    cache: str | None = "auto"  # "auto" = use <dataset>/cache/<model-key> if it exists; None = decode clips
+    out: str = "demo_out/runs/lora"
+    mode: Literal["lora", "dora", "full"] = "lora"
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    ema: float | None = None  # EMA decay for full fine-tuning
+    steps: int = 200  # optimizer steps
+    batch_size: int = 1  # per process
+    grad_accum: int = 1
+    lr: float = 2**-14.5
+    weight_decay: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.99)
+    eps: float = 1e-8
+    warmup: int = 1000
+    f_max: float = 0.5  # NVIDIA recipe: lr multiplier decays linearly from f_max to f_min after warmup
+    f_min: float = 0.2
+    grad_clip: float = 1.0
+    # rectified flow (shared/DESIGN.md §4)
+    logit_mean: float = 0.0
+    logit_std: float = 1.0
+    shift: float = 5.0
+    cond_frames_probs: dict[int, float] = Field(default_factory=lambda: {0: 0.5, 1: 0.25, 2: 0.25})
+    cond_timestep: float = 1e-4
+    text_dropout: float = 0.2
+    # memory / speed
+    mixed_precision: Literal["bf16", "fp16", "no"] = "bf16"
+    grad_checkpointing: str = "auto"  # off | all | every:N | blocks:N | auto
+    compile: bool = False  # regional torch.compile of each transformer block
+    fused_adamw: bool = True  # on CUDA
+    attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
+    num_frames: int | None = None  # None = the dataset's
+    # run control
+    seed: int = 42
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    resume: str | None = None  # None, "auto", or a checkpoint directory
+    log_every: int = 10
+    val_every: int = 0  # 0 = only at the end
+    val_samples: int = 2
+    val_steps: int = 8  # sampler steps for validation videos
+    val_sigmas: list[float] = Field(default_factory=lambda: [0.1, 0.3, 0.6, 0.9])
+    tensorboard: bool = True
+    wandb: bool = False
+    workers: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.num_frames is not None:
+            _check_4k1(self.num_frames)
+        if abs(sum(self.cond_frames_probs.values()) - 1.0) > 1e-6:
+            raise ValueError(f"train.cond_frames_probs must sum to 1, got {self.cond_frames_probs}")
+        if any(k not in (0, 1, 2) for k in self.cond_frames_probs):
+            raise ValueError("train.cond_frames_probs keys must be 0, 1 or 2 conditioning latent frames")
+        if not 0 <= self.text_dropout < 1:
+            raise ValueError(f"train.text_dropout must be in [0, 1), got {self.text_dropout}")
+        if self.steps <= 0 or self.batch_size <= 0 or self.grad_accum <= 0:
+            raise ValueError("train.steps, train.batch_size and train.grad_accum must be > 0")
+        return self
+
+
+# -------------------------------------------------------------------------------------- generate
+class AdapterSpec(Section):
+    path: str
+    scale: float = 1.0
+    name: str | None = None
+
+
+class GenerateConfig(Section):
+    """`worldtune generate`: videos from (first frame, prompt) pairs, several seeds and adapters."""
+
+    inputs: str = "demo_out/dataset"  # folder of NAME.png+NAME.txt, a .jsonl, or a prepared dataset
+    split: Literal["all", "val"] = "val"  # for a prepared dataset: held-out clips only
+    out: str = "demo_out/generations"
+    adapters: list[AdapterSpec] = Field(default_factory=list)
+    include_base: bool = True
+    fuse: bool = False
+    transformer: str | None = None  # a full fine-tuned transformer folder
+    mode: Literal["image2world", "video2world", "text2world"] = "image2world"
+    cond_latent_frames: int = 1  # video2world: 1 or 2
+    seeds: list[int] = Field(default_factory=lambda: [0, 1])
+    steps: int = 36
+    guidance: float = 7.0
+    negative_prompt: str | None = None
+    height: int | None = None
+    width: int | None = None
+    num_frames: int | None = None
+    max_inputs: int | None = None
+    resize: Literal["pad", "crop"] = "pad"
+    split_views: bool = True
+    compile: bool = False
+    batch_guidance: bool = True
+
+
+# -------------------------------------------------------------------------------------- evaluate
+class EvaluateConfig(Section):
+    runs: list[str] = Field(default_factory=lambda: ["demo_out/generations"])
+    out: str = "demo_out/eval"
+    metrics: list[str] = Field(default_factory=lambda: ["sampson_temporal", "sampson_crossview"])
+    judge_endpoint: str | None = None
+    judge_model: str = "nvidia/Cosmos-Reason2-2B"
+    judge_rubrics: list[str] = Field(default_factory=lambda: ["physical_plausibility", "instruction_following"])
+    judge_fps: float = 16.0
+    judge_concurrency: int = 4
+    workers: int = 2
+    frame_gap: int = 1
+    min_inliers: int = 15
+
+
+class ReportConfig(Section):
+    eval: str = "demo_out/eval"
+    runs: list[str] = Field(default_factory=list)  # training run folders for loss curves
+    out: str = "demo_out/report"
+    title: str = "worldtune report"
+
+
+class WorldtuneConfig(Section):
+    """A whole config file."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    prepare: PrepareConfig = Field(default_factory=PrepareConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    generate: GenerateConfig = Field(default_factory=GenerateConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+
+
+# ------------------------------------------------------------------------------------- machinery
+def _check_4k1(v: int) -> int:
+    if v < 1 or (v - 1) % 4 != 0:
+        lo = max(1, (v - 1) // 4 * 4 + 1)
+        raise ValueError(f"num_frames must be of the form 4k+1 (the VAE compresses time 4x), got {v}; try {lo} or {lo + 4}")
+    return v
+
+
+def _parse_value(text: str) -> Any:
+    """A command-line value: TOML/JSON literal if it parses (numbers, bools, lists), else a string."""
+    for parse in (lambda s: tomllib.loads(f"v = {s}")["v"], json.loads):
+        try:
+            return parse(text)
+        except Exception:
+            pass
+    if text.lower() in ("none", "null"):
+        return None
+    return text
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """`--a.b 1 --c=x` -> {"a": {"b": 1}, "c": "x"}."""
+    tree: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"unexpected argument '{arg}': overrides look like --section.key value")
+        key = arg[2:]
+        if "=" in key:
+            key, raw = key.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ConfigError(f"override '{arg}' has no value")
+            raw = args[i + 1]
+            i += 2
+        node = tree
+        parts = key.replace("-", "_").split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = _parse_value(raw)
+    return tree
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> WorldtuneConfig:
+    """Read a TOML config (or none), apply dotted overrides, validate. Errors name the file and key."""
+    data: dict[str, Any] = {}
+    where = "defaults"
+    if path is not None:
+        p = Path(path)
+        where = str(p)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist: pass a TOML file (see configs/)")
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    if overrides:
+        data = _merge(data, parse_overrides(overrides))
+    try:
+        return WorldtuneConfig.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"{where}: {loc}: {err['msg']}") from None
+
+
+def dump_config(cfg: BaseModel) -> str:
+    """The resolved config as TOML (what `--print-config` shows and run folders store)."""
+    return _to_toml(cfg.model_dump(mode="json", exclude_none=True))
+
+
+def _to_toml(data: dict[str, Any], prefix: str = "") -> str:
+    import tomli_w
+
+    return tomli_w.dumps(_stringify_keys(data))
+
+
+def _stringify_keys(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _stringify_keys(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_stringify_keys(v) for v in obj]
+    return obj
