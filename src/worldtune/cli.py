@@ -8,7 +8,6 @@ stage's `run(...)` function. Our own errors print as one line and exit 1.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Any, Callable, Optional
 
@@ -24,14 +23,6 @@ app.add_typer(model_app, name="model")
 app.add_typer(launch_app, name="launch")
 
 _STAGE_CTX = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def _quiet_libraries() -> None:
-    """diffusers/transformers warn about things that are expected here (random weights, tiny vocab)."""
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def _stage(module: str, func: str = "run") -> Callable[..., Any]:
@@ -63,13 +54,13 @@ _PRINT = typer.Option(False, "--print-config", help="Print the resolved config a
 def prepare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Turn a LeRobot dataset into training clips (grid or separate views), with a report."""
     cfg = _resolve(config, ctx, print_config, "prepare")
-    _stage("worldtune.data.prepare")(cfg)
+    _stage("worldtune.data.prepare")(cfg.prepare)
 
 
 @app.command(context_settings=_STAGE_CTX)
 def cache(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Cache VAE latents per clip and text embeddings per prompt."""
-    cfg = _resolve(config, ctx, print_config, "cache")
+    cfg = _resolve(config, ctx, print_config)
     _stage("worldtune.data.cache")(cfg)
 
 
@@ -99,14 +90,14 @@ def generate(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_conf
 def evaluate(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Score generation folders: Sampson geometry and a VLM judge."""
     cfg = _resolve(config, ctx, print_config, "evaluate")
-    _stage("worldtune.eval.evaluate")(cfg)
+    _stage("worldtune.eval.evaluate")(cfg.evaluate)
 
 
 @app.command(context_settings=_STAGE_CTX)
 def report(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Write an HTML report and a Markdown summary of evaluations and training runs."""
     cfg = _resolve(config, ctx, print_config, "report")
-    _stage("worldtune.eval.report")(cfg)
+    _stage("worldtune.eval.report")(cfg.report)
 
 
 @app.command()
@@ -173,7 +164,6 @@ def launch_slurm(ctx: typer.Context, config: str = typer.Argument(...),
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: our errors become one line on stderr and exit code 1 (2: not built)."""
-    _quiet_libraries()
     try:
         app(args=argv, standalone_mode=False)
     except WorldtuneError as e:

@@ -33,8 +33,8 @@ class Section(BaseModel):
 class ModelConfig(Section):
     """Which model: a registry name (random init) or a local diffusers directory (real weights)."""
 
-    name: str = "tiny-predict2.5"
-    path: str | None = None  # local diffusers-format pipeline directory; overrides random init
+    name: str | None = None  # registry name; None = taken from `path`, or tiny-predict2.5 without one
+    path: str | None = None  # local diffusers-format pipeline directory (real weights)
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     seed: int = 0  # for random initialisation from a spec
 
@@ -97,8 +97,12 @@ class CacheConfig(Section):
     dataset: str = "demo_out/dataset"
     out: str | None = None  # default: <dataset>/cache/<model-key>
     batch_size: int = 4
-    text: Literal["raw", "projected"] = "raw"  # projected: store crossattn_proj output (2.5, LoRA only)
-    device: str = "auto"
+    # what text embedding to store: "raw" (encoder output; Predict2.5: 512 x 100352 = 103 MB each),
+    # "projected" (Predict2.5's crossattn_proj output, 1 MB; adapters only, since full fine-tuning
+    # trains that projection), "auto" = projected for Predict2.5, raw for Predict2
+    text: Literal["auto", "raw", "projected"] = "auto"
+    dtype: Literal["bf16", "fp32"] = "bf16"  # storage dtype of latents and embeddings
+    device: str = "auto"  # auto = cuda if available
 
 
 # ----------------------------------------------------------------------------------------- train
@@ -218,6 +222,29 @@ class GenerateConfig(Section):
     split_views: bool = True
     compile: bool = False
     batch_guidance: bool = True
+    fps: float | None = None  # fps of the written mp4s; None = the model's
+    layout: dict[str, Any] | None = None  # camera layout (as in a dataset's info.json) for folder/JSONL inputs
+    attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
+    device: str = "auto"  # auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu
+    cond_timestep: float = 1e-4  # timestep of the clean conditioning latent frames (2.5 family)
+
+    @model_validator(mode="after")
+    def _check(self) -> "GenerateConfig":
+        if self.num_frames is not None:
+            _check_4k1(self.num_frames)
+        for side, v in (("height", self.height), ("width", self.width)):
+            if v is not None and (v <= 0 or v % 16):
+                raise ValueError(f"generate.{side} must be a positive multiple of 16, got {v}; try {max(16, v // 16 * 16)}")
+        if self.cond_latent_frames not in (1, 2):
+            raise ValueError(f"generate.cond_latent_frames must be 1 or 2, got {self.cond_latent_frames}")
+        if not self.seeds:
+            raise ValueError("generate.seeds must list at least one seed")
+        if self.steps <= 0:
+            raise ValueError(f"generate.steps must be > 0, got {self.steps}")
+        names = [a.name or a.path for a in self.adapters]
+        if len(set(names)) != len(names):
+            raise ValueError("generate.adapters: two adapters have the same name; give each a distinct `name`")
+        return self
 
 
 # -------------------------------------------------------------------------------------- evaluate
@@ -233,6 +260,20 @@ class EvaluateConfig(Section):
     workers: int = 2
     frame_gap: int = 1
     min_inliers: int = 15
+    # judge request details (docs/eval.md)
+    judge_input: Literal["video", "images"] = "video"  # one mp4 video part, or JPEG image parts
+    judge_max_images: int = 32  # images mode: frames sent at most
+    judge_timeout: float = 300.0  # seconds per request
+    judge_retries: int = 4  # extra attempts on 5xx/429/timeouts, exponential backoff
+    judge_max_tokens: int = 512
+    judge_api_key_env: str | None = None  # name of an environment variable holding a bearer token
+    judge_extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into each request
+    # Sampson details
+    sampson_matcher: Literal["sift", "orb"] = "sift"
+    sampson_max_features: int = 2000
+    sampson_frame_step: int = 1  # evaluate every k-th frame (pair)
+    sampson_moving_views: list[str] = Field(default_factory=lambda: ["wrist"])  # substring of a role: F per frame
+    max_videos: int | None = None  # evaluate only the first N rows of each folder (quick looks)
 
 
 class ReportConfig(Section):
@@ -240,6 +281,8 @@ class ReportConfig(Section):
     runs: list[str] = Field(default_factory=list)  # training run folders for loss curves
     out: str = "demo_out/report"
     title: str = "worldtune report"
+    video_format: Literal["auto", "mp4", "webm"] = "auto"  # auto: copy H.264/VP9 as is, re-encode others to WebM
+    max_examples: int = 12  # example rows (inputs) shown with videos
 
 
 class WorldtuneConfig(Section):

@@ -65,6 +65,7 @@ _TINY_QWEN: dict[str, Any] = {
         "vocab_size": 320, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 1024,
         "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]}, "tie_word_embeddings": False,
+        "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0,
     },
     "vision_config": {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
                       "out_hidden_size": 16, "fullatt_block_indexes": [0]},

@@ -1,0 +1,1 @@
+"""Data: read LeRobot datasets, pack cameras into layouts, and write prepared clip datasets."""

@@ -1,0 +1,203 @@
+"""`worldtune cache`: VAE latents per clip and text embeddings per unique prompt, computed once.
+
+The diffusers example re-encodes every clip with the VAE (≈1 s at 480p) and every prompt with the
+7B text encoder on every step; both are fixed functions of the data, so worldtune pays them once.
+
+Format (a folder, by default `<dataset>/cache/<key>/`):
+    info.json                  {"format": "worldtune.cache", "version": 1, "key", "model_id",
+                                "text_kind", "dtype", "height", "width", "num_frames", ...}
+    latents-NNNNNN.safetensors clip_id -> normalised latents [16, T', H/8, W/8]
+    text-NNNNNN.safetensors    sha1(prompt) -> embedding [S, D] ("raw": text encoder output,
+                               "projected": Predict2.5's crossattn_proj output)
+Every shard is written atomically, so an interrupted run leaves only complete shards and a rerun
+continues with the clips and prompts not yet in one. The key hashes the model's VAE/text encoder
+identity and the clip settings: a cache made for another model or shape is refused in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from worldtune.errors import DatasetError
+
+FORMAT, VERSION = "worldtune.cache", 1
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def prompt_key(prompt: str) -> str:
+    return hashlib.sha1(prompt.encode("utf-8")).hexdigest()
+
+
+def cache_key(model_id: str, height: int, width: int, num_frames: int, text_kind: str, max_seq: int) -> str:
+    blob = json.dumps([model_id, height, width, num_frames, text_kind, max_seq])
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class LatentCache:
+    """Read access to a cache folder: latents by clip id, text embeddings by prompt."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        info_path = self.root / "info.json"
+        if not info_path.is_file():
+            raise DatasetError(f"{self.root} is not a worldtune cache (no info.json): run `worldtune cache` first")
+        self.info: dict[str, Any] = json.loads(info_path.read_text())
+        if self.info.get("format") != FORMAT or self.info.get("version") != VERSION:
+            raise DatasetError(f"{info_path}: not a {FORMAT} v{VERSION} cache; rebuild it with `worldtune cache`")
+        self._where: dict[str, dict[str, Path]] = {"latents": {}, "text": {}}
+        for kind in self._where:
+            for shard in sorted(self.root.glob(f"{kind}-*.safetensors")):
+                from safetensors import safe_open
+
+                with safe_open(str(shard), framework="pt") as st:
+                    for k in st.keys():
+                        self._where[kind][k] = shard
+
+    @property
+    def clip_ids(self) -> set[str]:
+        return set(self._where["latents"])
+
+    @property
+    def prompt_keys(self) -> set[str]:
+        return set(self._where["text"])
+
+    def _get(self, kind: str, key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        try:
+            shard = self._where[kind][key]
+        except KeyError:
+            raise DatasetError(f"{self.root}: no cached {kind} for '{key}'; rerun `worldtune cache`") from None
+        with safe_open(str(shard), framework="pt") as st:
+            return st.get_tensor(key)
+
+    def latents(self, clip_id: str) -> torch.Tensor:
+        return self._get("latents", clip_id)
+
+    def text(self, prompt: str) -> torch.Tensor:
+        return self._get("text", prompt_key(prompt))
+
+    def check(self, expect: dict[str, Any]) -> None:
+        """Refuse a cache made for another model or shape, naming what differs and the fix."""
+        for k, v in expect.items():
+            if self.info.get(k) != v:
+                raise DatasetError(
+                    f"cache {self.root} was made with {k}={self.info.get(k)!r} but this run needs {v!r}: "
+                    f"run `worldtune cache` for this model/settings or point train.cache elsewhere"
+                )
+
+
+def resolve_text_kind(kind: str, family: str) -> str:
+    if kind == "auto":
+        return "projected" if family == "predict2.5" else "raw"
+    if kind == "projected" and family != "predict2.5":
+        raise DatasetError("cache.text = 'projected' exists only for Predict2.5 (it has crossattn_proj); use 'raw'")
+    return kind
+
+
+def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> dict[str, Any]:
+    """The identity a cache is keyed and checked by."""
+    from worldtune.models.load import model_id
+
+    mid = model_id(cfg.model.name, cfg.model.path, cfg.model.seed)
+    h, w, f = dataset_info["height"], dataset_info["width"], dataset_info["num_frames"]
+    return dict(model_id=mid, height=h, width=w, num_frames=f, text_kind=text_kind,
+                max_sequence_length=spec.max_sequence_length,
+                key=cache_key(mid, h, w, f, text_kind, spec.max_sequence_length))
+
+
+def default_cache_dir(dataset: str | Path, key: str) -> Path:
+    return Path(dataset) / "cache" / key
+
+
+def run(cfg) -> dict[str, Any]:
+    """Encode every clip of a prepared dataset and every unique prompt (plus the empty prompt)."""
+    from rich.console import Console
+    from rich.progress import track
+    from rich.table import Table
+
+    from worldtune.data.dataset import read_dataset, read_clip_frames
+    from worldtune.models.latents import encode, frames_to_pixels
+    from worldtune.models.load import load_pipeline
+
+    ccfg = cfg.cache
+    info, manifest = read_dataset(ccfg.dataset)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if ccfg.device == "auto" else ccfg.device
+    pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if device == "cuda" else "fp32",
+                               device=device, seed=cfg.model.seed)
+    text_kind = resolve_text_kind(ccfg.text, spec.family)
+    settings = cache_settings(cfg, info, spec, text_kind)
+    out = Path(ccfg.out) if ccfg.out else default_cache_dir(ccfg.dataset, settings["key"])
+    out.mkdir(parents=True, exist_ok=True)
+    info_out = {"format": FORMAT, "version": VERSION, **settings, "dtype": ccfg.dtype,
+                "dataset": str(Path(ccfg.dataset).resolve()), "family": spec.family}
+    if (out / "info.json").is_file():
+        LatentCache(out).check({k: info_out[k] for k in ("key", "model_id", "text_kind", "dtype")})
+    else:
+        (out / "info.json").write_text(json.dumps(info_out, indent=1))
+    cache = LatentCache(out)
+    store = DTYPES[ccfg.dtype]
+    todo = [r for r in manifest if r["clip_id"] not in cache.clip_ids]
+    done_clips, failed = len(manifest) - len(todo), []
+    shard = len(list(out.glob("latents-*.safetensors")))
+    for start in track(range(0, len(todo), ccfg.batch_size), description="VAE latents", transient=True):
+        rows = todo[start:start + ccfg.batch_size]
+        tensors = {}
+        for row in rows:
+            try:
+                frames = read_clip_frames(ccfg.dataset, row)
+            except DatasetError as e:
+                failed.append(f"{row['clip_id']}: {e}")
+                continue
+            pix = frames_to_pixels(frames).unsqueeze(0)
+            tensors[row["clip_id"]] = encode(pipe.vae, pix)[0].to(store)
+        if tensors:
+            _atomic_save(tensors, out / f"latents-{shard:06d}.safetensors")
+            shard += 1
+    prompts = sorted({r["prompt"] for r in manifest} | {""})
+    todo_p = [p for p in prompts if prompt_key(p) not in cache.prompt_keys]
+    tshard = len(list(out.glob("text-*.safetensors")))
+    for start in track(range(0, len(todo_p), ccfg.batch_size), description="text embeddings", transient=True):
+        batch = todo_p[start:start + ccfg.batch_size]
+        emb = encode_prompts(pipe, spec, batch, text_kind)
+        _atomic_save({prompt_key(p): e.to(store) for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
+        tshard += 1
+    summary = {"cache": str(out), "clips": len(manifest), "encoded": len(todo) - len(failed),
+               "already": done_clips, "failed": len(failed), "prompts": len(prompts),
+               "new_prompts": len(todo_p), "text_kind": text_kind, "device": device}
+    table = Table(title="worldtune cache")
+    table.add_column("item")
+    table.add_column("value")
+    for k, v in summary.items():
+        table.add_row(k, str(v))
+    Console().print(table)
+    for f in failed:
+        Console(stderr=True).print(f"[yellow]skipped[/] {f}")
+    return summary
+
+
+@torch.no_grad()
+def encode_prompts(pipe, spec, prompts: list[str], text_kind: str) -> torch.Tensor:
+    """Text embeddings exactly as the pipeline computes them, optionally through crossattn_proj."""
+    emb, _ = pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
+                                max_sequence_length=spec.max_sequence_length)
+    if text_kind == "projected":
+        proj = pipe.transformer.crossattn_proj
+        emb = proj(emb.to(next(proj.parameters()).dtype))
+    return emb.float()

@@ -1,0 +1,684 @@
+"""The demo dataset: a procedurally rendered tabletop scene written as a LeRobot dataset.
+
+Why: the demo and the tests need a multi-camera robot dataset with no download, and the
+evaluation's geometry metrics need ground truth. Every pixel here is an exact pinhole projection
+(one ray per pixel centre, intersected with textured planes, boxes and a cylinder), so the true
+cameras' fundamental matrix explains every correspondence up to the pixel grid. Scene: a textured
+table on a textured floor before a textured wall, three blocks and a shallow bowl; a gantry arm
+moves to one block, grasps it, carries it to the bowl and lets go. Cameras (OpenCV convention,
+x_cam = R @ x_world + t, +z forward, +y down, pixel centres at integer coordinates):
+`exterior_1_left` and `exterior_2_left` are static, `wrist_left` rides on the gripper.
+
+Rendering is cheap because the static part of each exterior view is drawn once per episode and
+only the moving primitives (arm, carried block) are ray-cast per frame, inside their screen box.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Literal
+
+import cv2
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from worldtune.data.video import VideoWriter, atomic_write_bytes
+
+CAMERA_NAMES: tuple[str, ...] = ("exterior_1_left", "exterior_2_left", "wrist_left")
+FEATURE_PREFIX = "observation.images."
+FPS = 15
+_ROLE_ALIASES = {"exterior_1": "exterior_1_left", "exterior_2": "exterior_2_left", "wrist": "wrist_left"}
+
+
+def camera_name(role: str) -> str:
+    """Accept a camera name, its feature key, or a prepare role (exterior_1, exterior_2, wrist)."""
+    name = role[len(FEATURE_PREFIX):] if role.startswith(FEATURE_PREFIX) else role
+    name = _ROLE_ALIASES.get(name, name)
+    if name not in CAMERA_NAMES:
+        raise KeyError(f"unknown camera '{role}': one of {', '.join(CAMERA_NAMES)}")
+    return name
+
+
+# ------------------------------------------------------------------------------------- cameras
+@dataclass
+class Camera:
+    """A pinhole camera: x_cam = R @ x_world + t; pixel = K @ x_cam / z (centres at integers)."""
+
+    K: np.ndarray
+    R: np.ndarray
+    t: np.ndarray
+    width: int
+    height: int
+
+    @property
+    def center(self) -> np.ndarray:
+        return -self.R.T @ self.t
+
+    def project(self, points_world: np.ndarray) -> np.ndarray:
+        """(N,3) world points -> (N,2) pixel coordinates (u right, v down)."""
+        pc = np.asarray(points_world, np.float64) @ self.R.T + self.t
+        uv = pc @ self.K.T
+        return uv[:, :2] / uv[:, 2:3]
+
+    def depth(self, points_world: np.ndarray) -> np.ndarray:
+        return (np.asarray(points_world, np.float64) @ self.R.T + self.t)[:, 2]
+
+    def to_dict(self) -> dict:
+        return {"K": self.K.tolist(), "R": self.R.tolist(), "t": self.t.tolist(),
+                "width": self.width, "height": self.height}
+
+
+def look_at(eye: np.ndarray, target: np.ndarray, up=(0.0, 0.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+    """R, t of a camera at `eye` looking at `target` (OpenCV axes: x right, y down, z forward)."""
+    z = np.asarray(target, float) - eye
+    z /= np.linalg.norm(z)
+    x = np.cross(z, up)
+    x /= np.linalg.norm(x)
+    y = np.cross(z, x)
+    R = np.stack([x, y, z])
+    return R, -R @ eye
+
+
+def intrinsics(width: int, height: int, hfov_deg: float) -> np.ndarray:
+    f = 0.5 * width / math.tan(math.radians(hfov_deg) / 2)
+    return np.array([[f, 0, (width - 1) / 2], [0, f, (height - 1) / 2], [0, 0, 1.0]])
+
+
+# ------------------------------------------------------------------------------------ textures
+def _noise(rng: np.random.Generator, size: int, octaves=(4, 8, 16, 32, 64)) -> np.ndarray:
+    """Tileable multi-octave value noise in [0,1], (size,size)."""
+    out = np.zeros((size, size), np.float32)
+    amp, total = 1.0, 0.0
+    for o in octaves:
+        g = rng.random((o, o)).astype(np.float32)
+        g = np.pad(g, 2, mode="wrap")  # wrap so the upsampled tile is seamless
+        big = cv2.resize(g, ((o + 4) * size // o,) * 2, interpolation=cv2.INTER_CUBIC)
+        m = 2 * size // o
+        out += amp * big[m:m + size, m:m + size]
+        total += amp
+        amp *= 0.6
+    out /= total
+    return (out - out.min()) / max(1e-6, out.max() - out.min())
+
+
+def _make_textures(seed: int, size: int = 256) -> dict[str, np.ndarray]:
+    """Float32 RGB textures in [0,1]: rich in blobs and corners so SIFT finds keypoints."""
+    rng = np.random.default_rng(seed)
+    ii, jj = np.mgrid[0:size, 0:size]
+    checker = (((ii // 32) + (jj // 32)) % 2).astype(np.float32)
+    tex: dict[str, np.ndarray] = {}
+    n1, n2 = _noise(rng, size), _noise(rng, size)
+    tex["table"] = np.stack([0.45 + 0.35 * n1, 0.30 + 0.25 * n1, 0.15 + 0.15 * n2], -1) * (0.75 + 0.25 * checker[..., None])
+    n3 = _noise(rng, size)
+    tex["floor"] = np.stack([0.25 + 0.5 * n3] * 3, -1) * (0.6 + 0.4 * checker[..., None])
+    n4, n5, n6 = _noise(rng, size), _noise(rng, size), _noise(rng, size)
+    tex["wall"] = np.stack([0.3 + 0.6 * n4, 0.3 + 0.6 * n5, 0.3 + 0.6 * n6], -1)
+    for name, rgb in (("red", (0.85, 0.15, 0.12)), ("blue", (0.15, 0.3, 0.85)), ("green", (0.15, 0.7, 0.2)),
+                      ("bowl", (0.9, 0.8, 0.25)), ("arm", (0.6, 0.6, 0.65))):
+        n = _noise(rng, size, octaves=(8, 16, 32))
+        stripes = (((ii + jj) // 24) % 2).astype(np.float32)
+        tex[name] = np.clip(np.array(rgb, np.float32) * (0.45 + 0.55 * n[..., None]) * (0.8 + 0.2 * stripes[..., None]), 0, 1)
+    return {k: np.ascontiguousarray(v.astype(np.float32)) for k, v in tex.items()}
+
+
+def _sample(tex: np.ndarray, u: np.ndarray, v: np.ndarray, texels_per_m: float) -> np.ndarray:
+    """Bilinear, tiling texture lookup at world-metre coordinates (u, v) -> (N,3)."""
+    n = len(u)
+    rows = -(-n // 1024)  # remap wants maps under 32767 rows: fold the list into rows of 1024
+    mx = np.zeros(rows * 1024, np.float32)
+    my = np.zeros(rows * 1024, np.float32)
+    mx[:n] = u * texels_per_m
+    my[:n] = v * texels_per_m
+    out = cv2.remap(tex, mx.reshape(rows, 1024), my.reshape(rows, 1024), interpolation=cv2.INTER_LINEAR,
+                    borderMode=cv2.BORDER_WRAP)
+    return out.reshape(-1, 3)[:n]
+
+
+# ---------------------------------------------------------------------------------- primitives
+_LIGHT = np.array([0.3, -0.5, 0.8]) / np.linalg.norm([0.3, -0.5, 0.8])
+
+
+@dataclass
+class Plane:
+    """Axis-aligned plane `x[axis] = value`, optionally bounded on the other two axes."""
+
+    axis: int
+    value: float
+    texture: str
+    normal_sign: float = 1.0
+    bounds: tuple[tuple[float, float], tuple[float, float]] | None = None
+    texels_per_m: float = 400.0
+
+    def corners(self) -> np.ndarray | None:
+        return None  # planes cover the screen: no screen box
+
+    def hit(self, o: np.ndarray, d: np.ndarray, tex: dict) -> tuple[np.ndarray, np.ndarray]:
+        a, b = [k for k in range(3) if k != self.axis]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = (self.value - o[self.axis]) / d[:, self.axis]
+        t = np.where(np.isfinite(t) & (t > 1e-6), t, np.inf)
+        pa_ = o[a] + t * d[:, a]
+        pb_ = o[b] + t * d[:, b]
+        if self.bounds is not None:
+            (a0, a1), (b0, b1) = self.bounds
+            t = np.where((pa_ >= a0) & (pa_ <= a1) & (pb_ >= b0) & (pb_ <= b1), t, np.inf)
+        ok = np.isfinite(t)
+        col = np.zeros((len(t), 3), np.float32)
+        if ok.any():
+            n = np.zeros(3)
+            n[self.axis] = self.normal_sign
+            shade = 0.55 + 0.45 * max(0.0, float(n @ _LIGHT))
+            col[ok] = _sample(tex[self.texture], pa_[ok], pb_[ok], self.texels_per_m) * shade
+        return t, col
+
+
+@dataclass
+class Box:
+    """A box with half sizes `half`, rotated by `yaw` about z around `center`."""
+
+    center: np.ndarray
+    half: np.ndarray
+    texture: str
+    yaw: float = 0.0
+    texels_per_m: float = 1200.0
+
+    def _rot(self) -> np.ndarray:
+        c, s = math.cos(self.yaw), math.sin(self.yaw)
+        return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1.0]])  # box -> world
+
+    def corners(self) -> np.ndarray:
+        signs = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (-1, 1)], float)
+        return (signs * self.half) @ self._rot().T + self.center
+
+    def hit(self, o: np.ndarray, d: np.ndarray, tex: dict) -> tuple[np.ndarray, np.ndarray]:
+        Rb = self._rot()
+        lo = Rb.T @ (o - self.center)  # ray in box coordinates
+        ld = d @ Rb
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = 1.0 / ld
+            t1 = (-self.half - lo) * inv
+            t2 = (self.half - lo) * inv
+        tmin = np.fmin(t1, t2)  # fmin/fmax skip the NaN of a ray parallel to a slab
+        tmax = np.fmax(t1, t2)
+        face = np.argmax(tmin, axis=1)
+        tn = np.take_along_axis(tmin, face[:, None], 1)[:, 0]
+        tf = tmax.min(axis=1)
+        t = np.where((tn <= tf) & (tn > 1e-6), tn, np.inf)
+        ok = np.isfinite(t)
+        col = np.zeros((len(t), 3), np.float32)
+        if ok.any():
+            p = lo + t[ok, None] * ld[ok]
+            f = face[ok]
+            # texture coordinates: the two box axes other than the face normal
+            ua = np.where(f == 0, p[:, 1], p[:, 0])
+            va = np.where(f == 2, p[:, 1], p[:, 2])
+            sign = -np.sign(ld[ok][np.arange(ok.sum()), f])
+            nw = Rb[:, f].T * sign[:, None]  # world normals
+            shade = 0.45 + 0.55 * np.clip(nw @ _LIGHT, 0, 1)
+            col[ok] = _sample(tex[self.texture], ua + 3.0 * f, va, self.texels_per_m) * shade[:, None]
+        return t, col
+
+
+@dataclass
+class Cylinder:
+    """A vertical solid cylinder (the shallow bowl): side and top cap (darker, the inside)."""
+
+    center: np.ndarray  # centre of the base
+    radius: float
+    height: float
+    texture: str
+    texels_per_m: float = 1200.0
+
+    def corners(self) -> np.ndarray:
+        r, h = self.radius, self.height
+        signs = np.array([[i, j, k] for i in (-1, 1) for j in (-1, 1) for k in (0, 1)], float)
+        return signs * np.array([r, r, h]) + self.center
+
+    def hit(self, o: np.ndarray, d: np.ndarray, tex: dict) -> tuple[np.ndarray, np.ndarray]:
+        ox, oy = o[0] - self.center[0], o[1] - self.center[1]
+        dx, dy = d[:, 0], d[:, 1]
+        a = dx * dx + dy * dy
+        b = 2 * (ox * dx + oy * dy)
+        c = ox * ox + oy * oy - self.radius ** 2
+        disc = b * b - 4 * a * c
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ts = (-b - np.sqrt(disc)) / (2 * a)
+        z = o[2] + ts * d[:, 2] - self.center[2]
+        ts = np.where((disc >= 0) & (ts > 1e-6) & (z >= 0) & (z <= self.height), ts, np.inf)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tc = (self.center[2] + self.height - o[2]) / d[:, 2]
+        cx = o[0] + tc * dx - self.center[0]
+        cy = o[1] + tc * dy - self.center[1]
+        tc = np.where(np.isfinite(tc) & (tc > 1e-6) & (cx * cx + cy * cy <= self.radius ** 2), tc, np.inf)
+        t = np.minimum(ts, tc)
+        col = np.zeros((len(t), 3), np.float32)
+        side = np.isfinite(ts) & (ts <= tc)
+        cap = np.isfinite(tc) & (tc < ts)
+        if side.any():
+            p = o + ts[side, None] * d[side]
+            ang = np.arctan2(p[:, 1] - self.center[1], p[:, 0] - self.center[0]) * self.radius
+            nrm = np.stack([p[:, 0] - self.center[0], p[:, 1] - self.center[1], np.zeros(side.sum())], 1) / self.radius
+            shade = 0.45 + 0.55 * np.clip(nrm @ _LIGHT, 0, 1)
+            col[side] = _sample(tex[self.texture], ang, p[:, 2], self.texels_per_m) * shade[:, None]
+        if cap.any():
+            p = o + tc[cap, None] * d[cap]
+            col[cap] = _sample(tex[self.texture], p[:, 0], p[:, 1], self.texels_per_m) * 0.55
+        return t, col
+
+
+# ------------------------------------------------------------------------------------ episodes
+_BLOCKS = {"red": ("cube", 0.025), "blue": ("cube", 0.025), "green": ("block", 0.02)}
+_ARM_TOP = 0.75
+
+
+def _smooth(a: np.ndarray, b: np.ndarray, s: float) -> np.ndarray:
+    s = min(1.0, max(0.0, s))
+    s = s * s * (3 - 2 * s)
+    return a + (b - a) * s
+
+
+@dataclass
+class SyntheticEpisode:
+    """One episode: object placement, the arm's trajectory, cameras and rendering per frame."""
+
+    index: int
+    length: int
+    seed: int = 0
+    height: int = 180
+    width: int = 320
+    success: bool = True
+    task: str = ""
+    blocks: dict[str, np.ndarray] = field(default_factory=dict)
+    target: str = ""
+    bowl: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    _static_cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        rng = np.random.default_rng([self.seed, self.index])
+        self.tex = _textures(self.seed)
+        # place blocks and bowl on a jittered grid of slots so they never overlap
+        slots = [np.array([x, y]) for x in (-0.3, -0.1, 0.1, 0.3) for y in (-0.12, 0.12)]
+        order = rng.permutation(len(slots))
+        names = list(_BLOCKS)
+        for k, name in enumerate(names):
+            xy = slots[order[k]] + rng.uniform(-0.03, 0.03, 2)
+            self.blocks[name] = np.array([xy[0], xy[1], _BLOCKS[name][1]])
+        bxy = slots[order[len(names)]] + rng.uniform(-0.02, 0.02, 2)
+        self.bowl = np.array([bxy[0], bxy[1], 0.0])
+        self.yaws = {n: float(rng.uniform(-0.6, 0.6)) for n in names}
+        self.target = names[int(rng.integers(len(names)))]
+        shape = _BLOCKS[self.target][0]
+        if not self.task:
+            self.task = f"picks up the {self.target} {shape} and places it in the bowl."
+        self.K_ext = intrinsics(self.width, self.height, 62.0)
+        self.K_wrist = intrinsics(self.width, self.height, 90.0)
+        self.ext = {
+            "exterior_1_left": look_at(np.array([-0.42, -0.62, 0.42]), np.array([0.0, 0.02, 0.04])),
+            "exterior_2_left": look_at(np.array([0.45, -0.58, 0.38]), np.array([0.0, 0.04, 0.04])),
+        }
+
+    # trajectory ---------------------------------------------------------------------------
+    def gripper(self, i: int) -> tuple[np.ndarray, float, bool]:
+        """Gripper position (bottom of the fingers), opening in metres, and whether it holds the block."""
+        s = i / max(1, self.length - 1)
+        home = np.array([0.0, -0.05, 0.35])
+        blk = self.blocks[self.target]
+        above_b = np.array([blk[0], blk[1], 0.2])
+        at_b = np.array([blk[0], blk[1], 0.0])
+        above_w = np.array([self.bowl[0], self.bowl[1], 0.2])
+        at_w = np.array([self.bowl[0], self.bowl[1], 0.03])
+        keys = [(0.0, home), (0.3, above_b), (0.42, at_b), (0.5, at_b), (0.6, above_b), (0.8, above_w),
+                (0.88, at_w), (0.93, at_w), (1.0, above_w)]
+        for (s0, p0), (s1, p1) in zip(keys, keys[1:]):
+            if s <= s1:
+                pos = _smooth(p0, p1, (s - s0) / max(1e-9, s1 - s0))
+                break
+        else:
+            pos = keys[-1][1]
+        closed = 0.46 <= s < 0.9
+        opening = 0.032 if closed else 0.06
+        return pos, opening, closed and self.success
+
+    def block_position(self, name: str, i: int) -> np.ndarray:
+        if name != self.target:
+            return self.blocks[name]
+        s = i / max(1, self.length - 1)
+        size = _BLOCKS[name][1]
+        if s < 0.46:
+            return self.blocks[name]
+        pos, _, held = self.gripper(i)
+        if held:
+            return pos + np.array([0, 0, size])
+        if s >= 0.9 and self.success:
+            return np.array([self.bowl[0], self.bowl[1], 0.03 + size])
+        return self.blocks[name]
+
+    # cameras ------------------------------------------------------------------------------
+    def cameras(self, i: int) -> dict[str, Camera]:
+        """All three cameras at frame i of this episode."""
+        out = {n: Camera(self.K_ext, R, t, self.width, self.height) for n, (R, t) in self.ext.items()}
+        out["wrist_left"] = self.camera("wrist_left", i)
+        return out
+
+    def camera(self, role: str, i: int) -> Camera:
+        name = camera_name(role)
+        if name != "wrist_left":
+            R, t = self.ext[name]
+            return Camera(self.K_ext, R, t, self.width, self.height)
+        g, _, _ = self.gripper(i)
+        eye = g + np.array([0.0, -0.1, 0.07])
+        R, t = look_at(eye, g + np.array([0.0, 0.12, -0.1]))
+        return Camera(self.K_wrist, R, t, self.width, self.height)
+
+    # scene --------------------------------------------------------------------------------
+    def _static(self) -> list:
+        table = Plane(2, 0.0, "table", 1.0, ((-0.55, 0.55), (-0.4, 0.45)), 500.0)
+        floor = Plane(2, -0.7, "floor", 1.0, None, 250.0)
+        wall = Plane(1, 1.2, "wall", -1.0, None, 150.0)
+        bowl = Cylinder(self.bowl, 0.07, 0.03, "bowl")
+        return [table, floor, wall, bowl]
+
+    def _moving(self, i: int) -> list:
+        g, opening, _ = self.gripper(i)
+        prims: list = []
+        for name, (_, size) in _BLOCKS.items():
+            p = self.block_position(name, i)
+            prims.append(Box(p, np.array([size, size, size]), name, self.yaws[name]))
+        palm_z = g[2] + 0.05
+        prims.append(Box(np.array([g[0], g[1], palm_z + 0.012]), np.array([0.055, 0.025, 0.012]), "arm"))
+        for sgn in (-1, 1):
+            prims.append(Box(np.array([g[0] + sgn * (opening / 2 + 0.006), g[1], g[2] + 0.025]),
+                             np.array([0.006, 0.018, 0.025]), "arm"))
+        col_lo = palm_z + 0.024
+        prims.append(Box(np.array([g[0], g[1], (col_lo + _ARM_TOP) / 2]), np.array([0.022, 0.022, (_ARM_TOP - col_lo) / 2]), "arm"))
+        return prims
+
+    def render_view(self, role: str, i: int) -> np.ndarray:
+        """HxWx3 uint8 RGB image of camera `role` at frame i."""
+        name = camera_name(role)
+        cam = self.camera(name, i)
+        if name == "wrist_left":
+            depth, color = _render(cam, self._static(), self.tex)
+        else:
+            if name not in self._static_cache:
+                self._static_cache[name] = _render(cam, self._static(), self.tex)
+            depth, color = (a.copy() for a in self._static_cache[name])
+        _render(cam, self._moving(i), self.tex, depth, color)
+        img = (np.clip(color, 0, 1) * 255 + 0.5).astype(np.uint8)
+        return img.reshape(cam.height, cam.width, 3)
+
+    def render(self, i: int) -> dict[str, np.ndarray]:
+        return {n: self.render_view(n, i) for n in CAMERA_NAMES}
+
+
+_TEX_CACHE: dict[int, dict[str, np.ndarray]] = {}
+
+
+def _textures(seed: int) -> dict[str, np.ndarray]:
+    if seed not in _TEX_CACHE:
+        _TEX_CACHE[seed] = _make_textures(seed)
+    return _TEX_CACHE[seed]
+
+
+_RAY_CACHE: dict[tuple, np.ndarray] = {}
+
+
+def _camera_rays(K: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Unnormalised camera-frame directions K^-1 [u, v, 1] for every pixel centre, (h*w, 3)."""
+    key = (K.tobytes(), h, w)
+    if key not in _RAY_CACHE:
+        v, u = np.mgrid[0:h, 0:w].astype(np.float64)
+        pix = np.stack([u.ravel(), v.ravel(), np.ones(h * w)], 1)
+        _RAY_CACHE[key] = pix @ np.linalg.inv(K).T
+    return _RAY_CACHE[key]
+
+
+def _render(cam: Camera, prims: list, tex: dict, depth: np.ndarray | None = None,
+            color: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Ray-cast `prims` into (depth, color) buffers; each primitive only within its screen box."""
+    h, w = cam.height, cam.width
+    if depth is None:
+        depth = np.full(h * w, np.inf)
+        color = np.tile(np.array([[0.55, 0.62, 0.7]], np.float32), (h * w, 1))
+    rays_c = _camera_rays(cam.K, h, w)
+    o = cam.center
+    for prim in prims:
+        corners = prim.corners()
+        if corners is None:
+            idx = None
+        else:
+            z = cam.depth(corners)
+            if (z <= 1e-3).all():
+                continue
+            if (z <= 1e-3).any():
+                idx = None
+            else:
+                uv = cam.project(corners)
+                u0, v0 = np.floor(uv.min(0)).astype(int)
+                u1, v1 = np.ceil(uv.max(0)).astype(int)
+                u0, v0, u1, v1 = max(u0, 0), max(v0, 0), min(u1, w - 1), min(v1, h - 1)
+                if u0 > u1 or v0 > v1:
+                    continue
+                vv, uu = np.mgrid[v0:v1 + 1, u0:u1 + 1]
+                idx = (vv * w + uu).ravel()
+        d = (rays_c if idx is None else rays_c[idx]) @ cam.R  # world directions (R^T applied)
+        t, col = prim.hit(o, d, tex)
+        if idx is None:
+            closer = t < depth
+            depth[closer] = t[closer]
+            color[closer] = col[closer]
+        else:
+            closer = t < depth[idx]
+            depth[idx[closer]] = t[closer]
+            color[idx[closer]] = col[closer]
+    return depth, color
+
+
+def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: int = 160,
+                  failed: tuple[int, ...] = ()) -> list[SyntheticEpisode]:
+    """The demo's episodes: lengths 18-36 frames, every fifth one (index 3, 8, 13...) only 9-15."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(episodes):
+        n = int(rng.integers(9, 16)) if i % 5 == 3 else int(rng.integers(18, 37))
+        out.append(SyntheticEpisode(i, n, seed, height, width, success=i not in failed))
+    return out
+
+
+# ------------------------------------------------------------------------------------- writing
+def _features(height: int, width: int, version: str, codec: str) -> dict:
+    vinfo = {"video.height": height, "video.width": width, "video.codec": "h264" if codec == "libx264" else codec,
+             "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": FPS, "video.channels": 3,
+             "has_audio": False}
+    feats: dict = {}
+    for name in CAMERA_NAMES:
+        feats[FEATURE_PREFIX + name] = {"dtype": "video", "shape": [height, width, 3],
+                                        "names": ["height", "width", "channels"], "info": vinfo}
+    feats["observation.state"] = {"dtype": "float32", "shape": [4], "names": ["x", "y", "z", "gripper"]}
+    feats["action"] = {"dtype": "float32", "shape": [4], "names": ["x", "y", "z", "gripper"]}
+    feats["is_episode_successful"] = {"dtype": "bool", "shape": [1], "names": None}
+    for k in ("timestamp",):
+        feats[k] = {"dtype": "float32", "shape": [1], "names": None}
+    for k in ("frame_index", "episode_index", "index", "task_index"):
+        feats[k] = {"dtype": "int64", "shape": [1], "names": None}
+    return feats
+
+
+def _episode_table(ep: SyntheticEpisode, task_index: int, first_index: int) -> pa.Table:
+    states = []
+    for i in range(ep.length):
+        g, opening, _ = ep.gripper(i)
+        states.append([g[0], g[1], g[2], opening])
+    st = np.asarray(states, np.float32)
+    act = np.concatenate([st[1:], st[-1:]])
+    n = ep.length
+    return pa.table({
+        "observation.state": pa.array(list(st), pa.list_(pa.float32())),
+        "action": pa.array(list(act), pa.list_(pa.float32())),
+        "is_episode_successful": pa.array([ep.success] * n),
+        "timestamp": pa.array(np.arange(n, dtype=np.float32) / FPS),
+        "frame_index": pa.array(np.arange(n, dtype=np.int64)),
+        "episode_index": pa.array(np.full(n, ep.index, np.int64)),
+        "index": pa.array(np.arange(first_index, first_index + n, dtype=np.int64)),
+        "task_index": pa.array(np.full(n, task_index, np.int64)),
+    })
+
+
+def _write_parquet(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def _write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode())
+
+
+def _cameras_json(eps: list[SyntheticEpisode]) -> dict:
+    """Camera ground truth for meta/cameras.json (K, and R, t fixed or per frame per episode)."""
+    e0 = eps[0]
+    cams: dict = {}
+    for name in CAMERA_NAMES:
+        c0 = e0.camera(name, 0)
+        entry = {"role": name, "K": c0.K.tolist(), "width": c0.width, "height": c0.height}
+        if name == "wrist_left":
+            entry["static"] = False
+            entry["episodes"] = {
+                str(e.index): {"R": [e.camera(name, i).R.tolist() for i in range(e.length)],
+                               "t": [e.camera(name, i).t.tolist() for i in range(e.length)]} for e in eps}
+        else:
+            entry.update(static=True, R=c0.R.tolist(), t=c0.t.tolist())
+        cams[FEATURE_PREFIX + name] = entry
+    return {"format": "worldtune.cameras", "version": 1, "fps": FPS,
+            "convention": "x_cam = R @ x_world + t; [u, v, 1] ~ K @ x_cam; OpenCV axes (x right, y down, "
+                          "z forward); pixel centres at integer coordinates; per-frame R, t indexed by "
+                          "episode then frame index within the episode",
+            "cameras": cams}
+
+
+def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
+                       version: Literal["v3.0", "v2.1"] = "v3.0", height: int = 96, width: int = 160,
+                       episodes_per_file: int | None = None, failed: tuple[int, ...] = (),
+                       codec: str = "libx264", crf: int = 20, preset: str = "veryfast",
+                       workers: int = 2) -> Path:
+    """Render the tabletop demo and write it as a LeRobot v3.0 (default) or v2.1 dataset.
+
+    v3.0: episodes are concatenated, `episodes_per_file` per mp4/parquet file (None = all in one).
+    `failed` episode indices get `is_episode_successful = False` (the arm misses the grasp).
+    Returns the dataset root. Writes `meta/cameras.json` with the true cameras. Episodes are
+    rendered in `workers` processes (the default 14 episodes at 96x160 take a few seconds).
+    """
+    root = Path(root)
+    eps = demo_episodes(episodes, seed, height, width, failed)
+    tasks: dict[str, int] = {}
+    for e in eps:
+        tasks.setdefault(e.task, len(tasks))
+    per_file = episodes_per_file or max(1, len(eps))
+    info = {
+        "codebase_version": version, "robot_type": "worldtune_synthetic_gantry",
+        "total_episodes": len(eps), "total_frames": sum(e.length for e in eps), "total_tasks": len(tasks),
+        "chunks_size": 1000, "fps": FPS, "splits": {"train": f"0:{len(eps)}"},
+        "features": _features(height, width, version, codec),
+    }
+    if version == "v3.0":
+        info.update(data_files_size_in_mb=100, video_files_size_in_mb=500,
+                    data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+                    video_path="videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
+        _write_v3(root, eps, tasks, per_file, codec, crf, preset, workers)
+    elif version == "v2.1":
+        info.update(total_chunks=1, total_videos=len(eps) * len(CAMERA_NAMES),
+                    data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+                    video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4")
+        _write_v21(root, eps, tasks, codec, crf, preset, workers)
+    else:
+        raise ValueError(f"version must be 'v3.0' or 'v2.1', got {version!r}")
+    _write_json(root / "meta" / "cameras.json", _cameras_json(eps))
+    _write_json(root / "meta" / "info.json", info)
+    return root
+
+
+def _render_episode(e: SyntheticEpisode) -> list[dict[str, np.ndarray]]:
+    return [e.render(i) for i in range(e.length)]
+
+
+def _rendered(eps: list[SyntheticEpisode], workers: int) -> Iterator[tuple[SyntheticEpisode, list]]:
+    """(episode, frames) in order, rendered in worker processes when workers > 1."""
+    if workers <= 1 or len(eps) <= 1:
+        for e in eps:
+            yield e, _render_episode(e)
+        return
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(min(workers, len(eps))) as pool:
+        yield from zip(eps, pool.imap(_render_episode, eps))
+
+
+def _write_v3(root: Path, eps: list[SyntheticEpisode], tasks: dict[str, int], per_file: int,
+              codec: str, crf: int, preset: str, workers: int) -> None:
+    rows: list[dict] = []
+    index = 0
+    frames_of = _rendered(eps, workers)
+    for f, start in enumerate(range(0, len(eps), per_file)):
+        group = eps[start:start + per_file]
+        writers = {n: VideoWriter(root / "videos" / (FEATURE_PREFIX + n) / "chunk-000" / f"file-{f:03d}.mp4",
+                                  FPS, codec=codec, crf=crf, preset=preset, gop=FPS) for n in CAMERA_NAMES}
+        tables = []
+        offset = 0
+        try:
+            for _ in group:
+                e, frames = next(frames_of)
+                for views in frames:
+                    for n, img in views.items():
+                        writers[n].write(img)
+                tables.append(_episode_table(e, tasks[e.task], index))
+                row = {"episode_index": e.index, "tasks": [e.task], "length": e.length,
+                       "dataset_from_index": index, "dataset_to_index": index + e.length,
+                       "data/chunk_index": 0, "data/file_index": f,
+                       "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0}
+                for n in CAMERA_NAMES:
+                    k = f"videos/{FEATURE_PREFIX}{n}/"
+                    row.update({k + "chunk_index": 0, k + "file_index": f,
+                                k + "from_timestamp": offset / FPS, k + "to_timestamp": (offset + e.length) / FPS})
+                rows.append(row)
+                offset += e.length
+                index += e.length
+            for w in writers.values():
+                w.close()
+        except BaseException:
+            for w in writers.values():
+                w.abort()
+            raise
+        _write_parquet(root / "data" / "chunk-000" / f"file-{f:03d}.parquet", pa.concat_tables(tables))
+    _write_parquet(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet", pa.Table.from_pylist(rows))
+    _write_parquet(root / "meta" / "tasks.parquet",
+                   pa.table({"task_index": list(tasks.values()), "task": list(tasks.keys())}))
+
+
+def _write_v21(root: Path, eps: list[SyntheticEpisode], tasks: dict[str, int], codec: str, crf: int,
+               preset: str, workers: int) -> None:
+    index = 0
+    lines = []
+    for e, frames in _rendered(eps, workers):
+        for n in CAMERA_NAMES:
+            with VideoWriter(root / "videos" / "chunk-000" / (FEATURE_PREFIX + n) / f"episode_{e.index:06d}.mp4",
+                             FPS, codec=codec, crf=crf, preset=preset) as w:
+                for fr in frames:
+                    w.write(fr[n])
+        _write_parquet(root / "data" / "chunk-000" / f"episode_{e.index:06d}.parquet",
+                       _episode_table(e, tasks[e.task], index))
+        index += e.length
+        lines.append(json.dumps({"episode_index": e.index, "tasks": [e.task], "length": e.length}))
+    atomic_write_bytes(root / "meta" / "episodes.jsonl", ("\n".join(lines) + "\n").encode())
+    atomic_write_bytes(root / "meta" / "tasks.jsonl", "".join(
+        json.dumps({"task_index": i, "task": t}) + "\n" for t, i in tasks.items()).encode())
+
+
+def iter_demo_frames(episode: SyntheticEpisode) -> Iterator[dict[str, np.ndarray]]:
+    """Every frame of an episode as {camera name: HxWx3}."""
+    for i in range(episode.length):
+        yield episode.render(i)

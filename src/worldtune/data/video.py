@@ -1,0 +1,264 @@
+"""Thin PyAV helpers: probe a video, read chosen frames, write a video atomically.
+
+Why our own helpers: every stage reads frames by index (training clips, first frames for
+generation, evaluation) and LeRobot v3 stores many episodes in one mp4, so reading must work on a
+time span [start_time, end_time) of a file. Writing is atomic (temp file in the same folder,
+fsync, `os.replace`) so that a killed or out-of-disk run never leaves a half-written mp4 under its
+final name; resumable stages rely on "the file exists" meaning "the file is complete".
+
+Frames are numpy arrays `[T, H, W, 3]` of uint8 RGB throughout.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import av
+import numpy as np
+
+from worldtune.errors import DatasetError
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the container header says about the first video stream."""
+
+    path: str
+    fps: float
+    num_frames: int  # from the header, or duration * fps when the header has no count
+    height: int
+    width: int
+    codec: str
+    duration: float  # seconds
+
+
+def _open(path: str | Path) -> av.container.InputContainer:
+    p = Path(path)
+    if not p.is_file():
+        raise DatasetError(f"video {p} does not exist")
+    try:
+        return av.open(str(p), mode="r")
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise DatasetError(f"video {p} cannot be opened ({_short(e)}): the file is corrupt or not a video") from None
+
+
+def _short(e: BaseException) -> str:
+    return str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+
+
+def probe(path: str | Path) -> VideoInfo:
+    """fps, frame count, size and codec from the header alone (no decoding: cheap)."""
+    with _open(path) as c:
+        if not c.streams.video:
+            raise DatasetError(f"video {path} has no video stream")
+        s = c.streams.video[0]
+        fps = float(s.average_rate or s.guessed_rate or s.base_rate or 0)
+        if s.duration is not None and s.time_base is not None:
+            duration = float(s.duration * s.time_base)
+        elif c.duration is not None:
+            duration = c.duration / av.time_base
+        else:
+            duration = 0.0
+        n = int(s.frames or 0)
+        if n <= 0 and fps > 0:
+            n = int(round(duration * fps))
+        return VideoInfo(str(path), fps, n, int(s.codec_context.height), int(s.codec_context.width),
+                         s.codec_context.name, duration)
+
+
+def read_frames(
+    path: str | Path,
+    indices: Sequence[int] | None = None,
+    start_time: float | None = None,
+    end_time: float | None = None,
+) -> np.ndarray:
+    """Frames `[T,H,W,3]` uint8 RGB of a video, or of its span [start_time, end_time) in seconds.
+
+    `indices` count frames from the start of the span (LeRobot v3: from the episode's first frame)
+    and may be in any order or repeat; None = every frame of the span. We seek to the keyframe
+    before `start_time` and decode forward, converting to RGB only the frames asked for (the
+    conversion costs more than decoding at small sizes). A missing frame (truncated file) or a
+    decode error raises `DatasetError` naming the file.
+    """
+    want = None if indices is None else sorted(set(int(i) for i in indices))
+    if want is not None and want and want[0] < 0:
+        raise DatasetError(f"video {path}: negative frame index {want[0]}")
+    got: dict[int, np.ndarray] = {}
+    every: list[np.ndarray] = []
+    last = want[-1] if want else None
+    want_s = frozenset(want or ())
+    with _open(path) as c:
+        if not c.streams.video:
+            raise DatasetError(f"video {path} has no video stream")
+        s = c.streams.video[0]
+        s.thread_type = "AUTO"
+        fps = float(s.average_rate or s.guessed_rate or 0) or 30.0
+        half = 0.5 / fps  # timestamps are rounded to the time base: compare with half a frame slack
+        t0 = start_time or 0.0
+        if start_time and start_time > 0:
+            c.seek(max(0, int((start_time - half) / float(s.time_base))), stream=s, backward=True, any_frame=False)
+        n = 0
+        try:
+            for frame in c.decode(s):
+                t = frame.time if frame.time is not None else n / fps
+                if start_time is not None and t < t0 - half:
+                    continue
+                if end_time is not None and t >= end_time - half:
+                    break
+                if want is None:
+                    every.append(frame.to_ndarray(format="rgb24"))
+                elif n in want_s:
+                    got[n] = frame.to_ndarray(format="rgb24")
+                n += 1
+                if last is not None and n > last:
+                    break
+        except av.error.FFmpegError as e:
+            raise DatasetError(f"video {path} is corrupt: decoding failed after {n} frames ({_short(e)})") from None
+    if want is None:
+        if not every:
+            raise DatasetError(f"video {path} has no frames in [{start_time}, {end_time})")
+        return np.stack(every)
+    if not want:
+        return np.zeros((0, 0, 0, 3), np.uint8)
+    missing = [i for i in want if i not in got]
+    if missing:
+        raise DatasetError(f"video {path} is truncated: it has {n} frames in the span, frame {missing[0]} was asked for")
+    return np.stack([got[int(i)] for i in indices])  # type: ignore[union-attr]
+
+
+def _rate(fps: float) -> Fraction:
+    return Fraction(fps).limit_denominator(1001)
+
+
+class VideoWriter:
+    """Streams frames into `<path>`, atomically: the final name appears only after `close()`.
+
+    Use as a context manager; an exception inside the block removes the temp file. Disk full
+    (ENOSPC) becomes `DatasetError` naming the file; nothing is left behind.
+    """
+
+    def __init__(self, path: str | Path, fps: float, codec: str = "libx264", crf: int | None = 18,
+                 preset: str | None = None, threads: int = 0, pix_fmt: str = "yuv420p",
+                 gop: int | None = None) -> None:
+        self.path = Path(path)
+        self.fps, self.codec, self.crf, self.preset = fps, codec, crf, preset
+        self.threads, self.pix_fmt, self.gop = threads, pix_fmt, gop
+        self.tmp = self.path.with_name(f".{self.path.stem}.tmp-{os.getpid()}{self.path.suffix or '.mp4'}")
+        self._c: av.container.OutputContainer | None = None
+        self._s = None
+        self.count = 0
+
+    def __enter__(self) -> "VideoWriter":
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:
+        if et is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _start(self, h: int, w: int) -> None:
+        if h % 2 or w % 2:
+            raise DatasetError(f"cannot write {self.path}: {h}x{w} frames must have even height and width")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._c = av.open(str(self.tmp), mode="w", format="mp4")
+        opts: dict[str, str] = {}
+        if self.crf is not None:
+            opts["crf"] = str(self.crf)
+        if self.preset:
+            opts["preset"] = str(self.preset)
+        s = self._c.add_stream(self.codec, rate=_rate(self.fps), options=opts)
+        s.width, s.height, s.pix_fmt = w, h, self.pix_fmt
+        if self.gop:
+            s.gop_size = self.gop
+        s.codec_context.thread_count = self.threads
+        self._s = s
+
+    def write(self, frame: np.ndarray | av.VideoFrame) -> None:
+        """One HxWx3 uint8 RGB frame (or a ready `av.VideoFrame`)."""
+        try:
+            if isinstance(frame, av.VideoFrame):
+                vf = frame
+                h, w = vf.height, vf.width
+            else:
+                h, w = frame.shape[:2]
+                vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+            if self._c is None:
+                self._start(h, w)
+            vf.pts = None
+            for pkt in self._s.encode(vf):
+                self._c.mux(pkt)
+            self.count += 1
+        except OSError as e:
+            self.abort()
+            raise _disk_error(e, self.path) from None
+
+    def close(self) -> Path:
+        """Flush the encoder, fsync, and rename the temp file to the final name."""
+        if self._c is None:
+            raise DatasetError(f"cannot write {self.path}: no frames given")
+        try:
+            for pkt in self._s.encode(None):
+                self._c.mux(pkt)
+            self._c.close()
+            self._c = None
+            with open(self.tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(self.tmp, self.path)
+        except OSError as e:
+            self.abort()
+            raise _disk_error(e, self.path) from None
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the temp file (best effort); the final name is never touched."""
+        if self._c is not None:
+            try:
+                self._c.close()
+            except Exception:
+                pass
+            self._c = None
+        try:
+            self.tmp.unlink()
+        except OSError:
+            pass
+
+
+def _disk_error(e: OSError, path: Path) -> Exception:
+    if e.errno == errno.ENOSPC:
+        return DatasetError(f"disk full while writing {path}: free space in {path.parent} and rerun (the run resumes)")
+    return DatasetError(f"cannot write {path}: {e.strerror or _short(e)}")
+
+
+def write_video(path: str | Path, frames: np.ndarray | Iterable[np.ndarray], fps: float,
+                codec: str = "libx264", crf: int | None = 18, preset: str | None = None,
+                threads: int = 0) -> Path:
+    """Write frames `[T,H,W,3]` uint8 RGB (or an iterable of HxWx3) to `path`, atomically."""
+    with VideoWriter(path, fps, codec=codec, crf=crf, preset=preset, threads=threads) as w:
+        for f in frames:
+            w.write(f)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write a small file atomically (temp + fsync + rename); used for json/parquet side files."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise _disk_error(e, p) from None

@@ -1,0 +1,41 @@
+"""Text embeddings, computed once per unique prompt, then the text encoder leaves the GPU.
+
+A generation run repeats prompts (N seeds x M models per input, one negative prompt for all).
+The Cosmos 2.5 text encoder is a 7B Qwen2.5-VL (15 GiB in bf16): encoding every prompt up front
+and moving the encoder to the CPU frees that memory for denoising, and no prompt is encoded twice.
+Embeddings are kept on the CPU (a 2.5 embedding is 512 x 100352 bf16 = 103 MB per prompt; the
+run encodes only the prompts of the inputs it still has to generate).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class PromptEmbeddings:
+    """prompt text -> embedding [1, L, D] on the CPU, filled by `encode_all`."""
+
+    def __init__(self, pipe, max_sequence_length: int) -> None:
+        self.pipe = pipe
+        self.max_sequence_length = max_sequence_length
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @torch.no_grad()
+    def encode_all(self, prompts: list[str], device: torch.device | str) -> None:
+        """Encode every prompt not cached yet (the text encoder runs on `device`), then park the encoder on the CPU."""
+        todo = [p for p in dict.fromkeys(prompts) if p not in self._cache]
+        if todo:
+            self.pipe.text_encoder.to(device)
+            for p in todo:
+                emb, _ = self.pipe.encode_prompt(p, do_classifier_free_guidance=False, device=torch.device(device),
+                                                 max_sequence_length=self.max_sequence_length)
+                self._cache[p] = emb.to("cpu")
+        self.pipe.text_encoder.to("cpu")
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def get(self, prompt: str, device: torch.device | str) -> torch.Tensor:
+        return self._cache[prompt].to(device)

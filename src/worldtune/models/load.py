@@ -1,0 +1,193 @@
+"""Get a Cosmos model: from a local diffusers directory, or random-initialised from a spec.
+
+A user with real weights points worldtune at a diffusers-format directory and everything loads
+offline through `from_pretrained`. Without weights (every machine of this project), the same
+classes are built from a registry spec; `init_model_dir` writes such a model as a complete
+diffusers directory, so tests and the demo take exactly the path a real user takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from worldtune.errors import ModelError
+from worldtune.models.build import NoOpSafetyChecker, build_pipeline, build_transformer, pipeline_class
+from worldtune.models.registry import PIPELINE_TO_FAMILY, SPECS, ModelSpec, get_spec
+
+SIDECAR = "worldtune_model.json"  # written by `model init`: which spec a directory was built from
+DEFAULT_SPEC = "tiny-predict2.5"
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_CONFIG_KEYS_IGNORED = ("_class_name", "_diffusers_version", "_name_or_path")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path}: cannot read ({e})") from None
+
+
+def check_model_dir(path: str | Path) -> dict[str, Any]:
+    """The directory's model_index.json, or a one-line error saying what a model directory needs."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ModelError(f"model directory {root} does not exist")
+    index = root / "model_index.json"
+    if not index.is_file():
+        raise ModelError(
+            f"{root} is not a diffusers pipeline directory (no model_index.json): point model.path at the "
+            f"folder that holds model_index.json, transformer/, vae/, text_encoder/, tokenizer/, scheduler/"
+        )
+    meta = _read_json(index)
+    cls = meta.get("_class_name")
+    if cls not in PIPELINE_TO_FAMILY:
+        raise ModelError(
+            f"{root} holds a {cls} pipeline; worldtune supports {', '.join(PIPELINE_TO_FAMILY)} "
+            f"(Cosmos Predict 2.5 and Predict2 Video2World)"
+        )
+    if not (root / "transformer" / "config.json").is_file():
+        raise ModelError(f"{root}/transformer/config.json is missing: the directory is incomplete")
+    return meta
+
+
+def spec_from_dir(path: str | Path) -> ModelSpec:
+    """A spec describing a model directory: its family's defaults with the transformer config on disk."""
+    root = Path(path)
+    meta = check_model_dir(root)
+    family = PIPELINE_TO_FAMILY[meta["_class_name"]]
+    sidecar = root / SIDECAR
+    if sidecar.is_file():
+        base = get_spec(_read_json(sidecar)["spec"])
+    else:
+        base = next(s for s in SPECS.values() if s.family == family and not s.tiny)
+    tcfg = {k: v for k, v in _read_json(root / "transformer" / "config.json").items() if k not in _CONFIG_KEYS_IGNORED}
+    return dataclasses.replace(base, name=str(root), transformer={**base.transformer, **tcfg})
+
+
+def resolve_spec(name: str | None = None, path: str | None = None) -> ModelSpec:
+    """The spec for a (name, path) pair; a path is checked against an explicitly named spec."""
+    if path is None and name is not None and Path(name).is_dir():
+        name, path = None, name
+    if path is None:
+        return get_spec(name or DEFAULT_SPEC)
+    spec = spec_from_dir(path)
+    if name is not None:
+        want = get_spec(name)
+        if want.family != spec.family:
+            raise ModelError(
+                f"{path} is a {spec.pipeline_class} (Cosmos {spec.family}) but model.name={name} expects a "
+                f"{want.pipeline_class}: set model.name to a {spec.family} model or point model.path elsewhere"
+            )
+    return spec
+
+
+def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: str = "fp32", device: str = "cpu",
+                  seed: int = 0, vae_dtype: str = "fp32"):
+    """The whole pipeline: from the directory if there is one, else random-initialised from the spec."""
+    spec = resolve_spec(name, path)
+    if path is None and not (name and Path(name).is_dir()):
+        pipe = build_pipeline(spec, seed=seed)
+    else:
+        root = path or name
+        try:
+            pipe = pipeline_class(spec).from_pretrained(root, safety_checker=NoOpSafetyChecker(), local_files_only=True)
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelError(f"{root}: cannot load the pipeline ({str(e).splitlines()[0]})") from None
+    pipe.transformer.to(dtype=DTYPES[dtype])
+    pipe.text_encoder.to(dtype=DTYPES[dtype])
+    pipe.vae.to(dtype=DTYPES[vae_dtype])
+    pipe.to(device)
+    return pipe, spec
+
+
+def load_transformer(name: str | None = None, path: str | None = None, *, dtype: str = "fp32",
+                     device: str | torch.device = "cpu", seed: int = 0):
+    """Only the DiT (training from caches never needs the VAE or the text encoder)."""
+    from diffusers import CosmosTransformer3DModel
+
+    spec = resolve_spec(name, path)
+    root = path or (name if name and Path(name).is_dir() else None)
+    if root is None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = build_transformer(spec)
+    else:
+        try:
+            model = CosmosTransformer3DModel.from_pretrained(root, subfolder="transformer", local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{root}/transformer: cannot load ({str(e).splitlines()[0]})") from None
+    return model.to(device=device, dtype=DTYPES[dtype]), spec
+
+
+def init_model_dir(name: str, out: str | Path, seed: int = 0) -> Path:
+    """`worldtune model init`: write a complete random-initialised diffusers directory for a spec."""
+    spec = get_spec(name)
+    if not spec.tiny:
+        raise ModelError(f"{name} is real-size ({spec.description}); `model init` writes tiny models only "
+                         f"(real-size random models are built in memory on a GPU by the benchmarks)")
+    out = Path(out)
+    if (out / "model_index.json").exists():
+        raise ModelError(f"{out} already holds a model: choose another directory or delete it")
+    pipe = build_pipeline(spec, seed=seed)
+    pipe.save_pretrained(out, safe_serialization=True)
+    (out / SIDECAR).write_text(json.dumps({"spec": name, "seed": seed}, indent=1))
+    print(f"wrote {spec.name} ({spec.pipeline_class}) to {out}")
+    return out
+
+
+def fingerprint(transformer: torch.nn.Module) -> str:
+    """A short hash identifying base weights: config plus a sample of every tensor.
+
+    Cheap even at 14B (a few values per tensor), yet two differently initialised or trained models
+    never collide in practice. Adapter (LoRA/DoRA) parameters are excluded, so a base model keeps
+    its fingerprint while it is being tuned.
+    """
+    h = hashlib.sha256()
+    cfg = getattr(transformer, "config", {})
+    h.update(json.dumps({k: v for k, v in dict(cfg).items() if not k.startswith("_")}, sort_keys=True,
+                        default=str).encode())
+    for key, tensor in sorted(transformer.state_dict().items()):
+        if "lora_" in key or "base_layer" in key and "lora" in key:
+            continue
+        key = key.replace(".base_layer", "")
+        sample = tensor.detach().flatten()[:16].to(device="cpu", dtype=torch.float32)
+        h.update(key.encode())
+        h.update(sample.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _safetensors_sample(folder: Path, h) -> None:
+    from safetensors import safe_open
+
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            for key in sorted(st.keys())[:8]:
+                sl = st.get_slice(key)
+                n = sl.get_shape()[0] if sl.get_shape() else 0
+                t = sl[: min(n, 2)] if n else st.get_tensor(key)
+                h.update(key.encode())
+                h.update(t.float().flatten()[:16].numpy().tobytes())
+
+
+def model_id(name: str | None = None, path: str | None = None, seed: int = 0) -> str:
+    """Identifies the VAE and text encoder of a model, for keying caches without loading it.
+
+    For a directory: a hash of its configs and a sample of its weight files. For a random spec:
+    the spec name and seed (the same spec and seed always build the same weights).
+    """
+    if path is None and not (name and Path(name).is_dir()):
+        return f"{resolve_spec(name).name}:seed{seed}"
+    root = Path(path or name)
+    check_model_dir(root)
+    h = hashlib.sha256()
+    for sub in ("vae", "text_encoder"):
+        for cfg in sorted((root / sub).glob("config.json")):
+            h.update(cfg.read_bytes())
+        _safetensors_sample(root / sub, h)
+    return f"dir:{h.hexdigest()[:16]}"

@@ -1,0 +1,71 @@
+"""Which parameters train: LoRA or DoRA adapters through peft, or the whole DiT.
+
+Adapter parameters are kept in fp32 even when the frozen base is bf16 (as NVIDIA and the
+diffusers example do): their updates are tiny relative to their values early in training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from worldtune.errors import ConfigError
+
+ADAPTER_NAME = "default"
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain module inside DDP / torch.compile wrappers (peft's state-dict helpers need it)."""
+    while True:
+        if hasattr(model, "module") and isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def lora_config(mode: str, lora) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha if lora.alpha is not None else lora.rank, lora_dropout=lora.dropout,
+        target_modules=list(lora.targets), use_dora=(mode == "dora"),
+        init_lora_weights="gaussian" if lora.init == "gaussian" else True,
+    )
+
+
+def apply_training_mode(transformer: torch.nn.Module, mode: str, lora) -> list[torch.nn.Parameter]:
+    """Freeze what does not train, add adapters if asked, and return the trainable parameters."""
+    transformer.requires_grad_(False)
+    if mode == "full":
+        transformer.requires_grad_(True)
+        return [p for p in transformer.parameters()]
+    transformer.add_adapter(lora_config(mode, lora), adapter_name=ADAPTER_NAME)
+    params = [p for n, p in transformer.named_parameters() if "lora_" in n]
+    if not params:
+        raise ConfigError(f"train.lora.targets {list(lora.targets)} match no module of the transformer")
+    for p in params:
+        p.data = p.data.float()
+        p.requires_grad_(True)
+    return params
+
+
+def trainable_state_dict(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Named trainable tensors (exact resume needs every one, under its in-memory name)."""
+    model = unwrap(transformer)
+    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def adapter_metadata(transformer: torch.nn.Module) -> dict[str, Any]:
+    """The LoraConfig as diffusers stores it beside the weights, so a reload keeps alpha and DoRA."""
+    cfg = unwrap(transformer).peft_config[ADAPTER_NAME]
+    meta = cfg.to_dict()
+    return {k: (sorted(v) if isinstance(v, set) else v) for k, v in meta.items()}
+
+
+def peft_state_dict(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    from peft.utils import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(unwrap(transformer), adapter_name=ADAPTER_NAME)

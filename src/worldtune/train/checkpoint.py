@@ -1,0 +1,186 @@
+"""`CheckpointManager`: atomic, rotated, resumable checkpoints of a training run.
+
+A checkpoint is a folder `checkpoints/step-NNNNNNNN/` holding
+    trainable.safetensors  the trainable tensors under their in-memory names (fp32)
+    optimizer.pt           the optimizer state (loaded with weights_only=True)
+    ema.safetensors        EMA weights, when EMA is on
+    state.json             step, LR-scheduler and sampler state, base-model fingerprint, config
+    rng.pt                 torch / CUDA / numpy / python RNG states
+    COMPLETE               written last
+It is written into a hidden temporary folder, every file fsynced, then renamed into place, so a
+crash mid-save leaves the previous checkpoint as the newest complete one. Rotation keeps the
+newest `keep` complete checkpoints plus milestones, and never deletes the checkpoint the run
+resumed from or the newest one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from worldtune.errors import CheckpointError
+
+MARKER = "COMPLETE"
+PREFIX = "step-"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for f in path.iterdir():
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(path)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _rng_to_tensors(state: dict[str, Any]) -> dict[str, Any]:
+    """RNG states as tensors and plain lists, so torch.load(weights_only=True) can read them back."""
+    np_state = state["numpy"]
+    py_state = state["python"]
+    out = {"torch": state["torch"],
+           "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *[int(x) if not isinstance(x, float) else x for x in np_state[2:]]],
+           "python": [py_state[0], torch.tensor(py_state[1], dtype=torch.int64), py_state[2]]}
+    if "cuda" in state:
+        out["cuda"] = list(state["cuda"])
+    return out
+
+
+def _rng_from_tensors(saved: dict[str, Any]) -> dict[str, Any]:
+    npv = saved["numpy"]
+    state = {"torch": saved["torch"],
+             "numpy": (npv[0], npv[1].numpy().astype(np.uint32), *npv[2:]),
+             "python": (saved["python"][0], tuple(int(x) for x in saved["python"][1].tolist()), saved["python"][2])}
+    if "cuda" in saved:
+        state["cuda"] = saved["cuda"]
+    return state
+
+
+def step_of(path: Path) -> int:
+    return int(path.name[len(PREFIX):])
+
+
+class CheckpointManager:
+    def __init__(self, run_dir: str | Path, keep: int = 3, milestones: list[int] | None = None):
+        self.dir = Path(run_dir) / "checkpoints"
+        self.keep = max(1, keep)
+        self.milestones = set(milestones or [])
+        self.resumed_from: Path | None = None
+        self.fail_hook: Callable[[str], None] | None = None  # tests inject crashes mid-save
+
+    def complete(self) -> list[Path]:
+        """Complete checkpoints, oldest first."""
+        if not self.dir.is_dir():
+            return []
+        found = [p for p in self.dir.iterdir()
+                 if p.is_dir() and p.name.startswith(PREFIX) and (p / MARKER).is_file()]
+        return sorted(found, key=step_of)
+
+    def newest(self) -> Path | None:
+        done = self.complete()
+        return done[-1] if done else None
+
+    def clean_partial(self) -> None:
+        """Remove temporary folders left by a save that died."""
+        if self.dir.is_dir():
+            for p in self.dir.iterdir():
+                if p.name.startswith(".tmp-"):
+                    shutil.rmtree(p, ignore_errors=True)
+
+    def save(self, step: int, trainable: dict[str, torch.Tensor], optimizer: dict[str, Any], state: dict[str, Any],
+             ema: dict[str, torch.Tensor] | None = None) -> Path:
+        from safetensors.torch import save_file
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        final = self.dir / f"{PREFIX}{step:08d}"
+        tmp = self.dir / f".tmp-{final.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_file({k: v.detach().float().contiguous().cpu() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
+        self._hook("trainable")
+        torch.save(optimizer, tmp / "optimizer.pt")
+        if ema is not None:
+            save_file({k: v.contiguous().cpu() for k, v in ema.items()}, str(tmp / "ema.safetensors"))
+        torch.save(_rng_to_tensors(rng_state()), tmp / "rng.pt")
+        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1, default=str))
+        self._hook("state")
+        (tmp / MARKER).write_text("ok\n")
+        _fsync_tree(tmp)
+        if final.exists():  # a re-save of the same step (e.g. preempted right after a periodic save)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(self.dir)
+        self.rotate()
+        return final
+
+    def _hook(self, where: str) -> None:
+        if self.fail_hook is not None:
+            self.fail_hook(where)
+
+    def rotate(self) -> list[Path]:
+        """Delete old complete checkpoints beyond `keep`, sparing milestones, the resume source and the newest."""
+        done = self.complete()
+        spare = set(done[-self.keep:]) | {p for p in done if step_of(p) in self.milestones}
+        if self.resumed_from is not None:
+            spare.add(self.resumed_from)
+        removed = [p for p in done if p not in spare]
+        for p in removed:
+            shutil.rmtree(p, ignore_errors=True)
+        return removed
+
+    def resolve(self, resume: str | None) -> Path | None:
+        """The checkpoint to resume from: None, 'auto' (newest complete, or none yet) or a path."""
+        if resume is None:
+            return None
+        if resume == "auto":
+            self.clean_partial()
+            return self.newest()
+        path = Path(resume)
+        if path.is_dir() and (path / "checkpoints").is_dir():  # a run folder: its newest
+            path = CheckpointManager(path).newest() or path
+        if not (path / MARKER).is_file():
+            raise CheckpointError(f"{path} is not a complete checkpoint (no {MARKER} marker): pass --train.resume auto "
+                                  f"or a checkpoints/step-N folder")
+        return path
+
+    @staticmethod
+    def load(path: Path) -> dict[str, Any]:
+        from safetensors.torch import load_file
+
+        out: dict[str, Any] = {
+            "trainable": load_file(str(path / "trainable.safetensors")),
+            "optimizer": torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True),
+            "state": json.loads((path / "state.json").read_text()),
+            "rng": _rng_from_tensors(torch.load(path / "rng.pt", map_location="cpu", weights_only=True)),
+        }
+        if (path / "ema.safetensors").is_file():
+            out["ema"] = load_file(str(path / "ema.safetensors"))
+        return out

@@ -1,0 +1,16 @@
+"""Learning-rate multiplier: linear warmup to f_max, then linear decay from f_max to f_min.
+
+This is NVIDIA's Cosmos recipe (warmup 1000, f_max 0.5, f_min 0.2 over the run). It is a function
+of the optimizer step alone, so it is the same for any number of processes or accumulation steps.
+"""
+
+from __future__ import annotations
+
+
+def lr_multiplier(step: int, total: int, warmup: int, f_max: float, f_min: float) -> float:
+    warmup = min(warmup, max(total - 1, 0))
+    if step < warmup:
+        return f_max * (step + 1) / warmup
+    span = max(total - warmup, 1)
+    frac = min(max(step - warmup, 0) / span, 1.0)
+    return f_max + (f_min - f_max) * frac

@@ -1,0 +1,514 @@
+"""`worldtune train`: the training loop, readable top to bottom.
+
+build data -> build model (+ adapters) -> parallelize -> optimizer and schedule -> resume ->
+loop (accumulate, clip, step, log, validate, checkpoint, obey preemption) -> export.
+
+Runs as one process or under torchrun / accelerate launch / SLURM (env rendezvous: RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR). Each process takes its slice of every global batch, and
+every sample's noise is seeded by its global position, so N processes follow the same loss
+trajectory as one process with the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import typer
+
+from worldtune.config import WorldtuneConfig, dump_config
+from worldtune.errors import CheckpointError, ConfigError, DatasetError
+from worldtune.train.adapters import (
+    adapter_metadata, apply_training_mode, peft_state_dict, trainable_state_dict, unwrap)
+from worldtune.train.checkpoint import CheckpointManager, set_rng_state
+from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed, transformer_inputs
+from worldtune.train.schedule import lr_multiplier
+
+REQUEUE_EXIT_CODE = 42  # "preempted, checkpoint saved: requeue me" (launchers map it to scontrol requeue)
+PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+# ---------------------------------------------------------------------------------- distributed
+class Dist:
+    """Rank, world size and device from the launcher's environment (nothing set = one process)."""
+
+    def __init__(self) -> None:
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        cuda = torch.cuda.is_available()
+        self.device = torch.device(f"cuda:{self.local_rank}") if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(self.device)
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if cuda else "gloo")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def mean(self, x: float) -> float:
+        if self.world == 1:
+            return x
+        t = torch.tensor([x], dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(t)
+        return float(t.item()) / self.world
+
+    def any(self, flag: bool) -> bool:
+        if self.world == 1:
+            return flag
+        t = torch.tensor([int(flag)], device=self.device if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+# ----------------------------------------------------------------------------------------- data
+def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
+    from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir, resolve_text_kind
+    from worldtune.data.dataset import CachedClips, DecodedClips, read_dataset
+
+    tc = cfg.train
+    info, rows = read_dataset(tc.dataset)
+    if not cache_mode:
+        frames = tc.num_frames or info["num_frames"]
+        return None, DecodedClips(tc.dataset, rows, frames, "train"), DecodedClips(tc.dataset, rows, frames, "val"), info
+    path = Path(tc.cache) if tc.cache not in (None, "auto") else None
+    if path is None:
+        kind = resolve_text_kind("auto", spec.family)
+        settings = cache_settings(cfg, info, spec, kind)
+        path = default_cache_dir(tc.dataset, settings["key"])
+        if not path.is_dir():
+            settings = cache_settings(cfg, info, spec, "raw")
+            path = default_cache_dir(tc.dataset, settings["key"])
+    cache = LatentCache(path)
+    expect = cache_settings(cfg, info, spec, cache.info["text_kind"])
+    cache.check({k: expect[k] for k in ("model_id", "height", "width", "num_frames")})
+    if cache.info["text_kind"] == "projected" and tc.mode == "full":
+        raise ConfigError(f"cache {path} stores projected text embeddings, which full fine-tuning cannot use "
+                          f"(it trains crossattn_proj): run `worldtune cache --cache.text raw`")
+    if tc.num_frames not in (None, info["num_frames"]):
+        raise ConfigError(f"train.num_frames={tc.num_frames} differs from the cached clips' {info['num_frames']}: "
+                          f"unset it or train from decoded clips (--train.cache none)")
+    return cache, CachedClips(rows, cache, "train"), CachedClips(rows, cache, "val"), info
+
+
+def _cache_available(cfg: WorldtuneConfig, spec) -> bool:
+    if cfg.train.cache is None or str(cfg.train.cache).lower() == "none":
+        return False
+    if cfg.train.cache != "auto":
+        return True
+    from worldtune.data.cache import cache_settings, default_cache_dir
+    from worldtune.data.dataset import read_dataset
+
+    info, _ = read_dataset(cfg.train.dataset)
+    return any(default_cache_dir(cfg.train.dataset, cache_settings(cfg, info, spec, k)["key"]).is_dir()
+               for k in ("projected", "raw"))
+
+
+# ---------------------------------------------------------------------------------- checkpointing
+def choose_checkpointing(setting: str, num_blocks: int, device: torch.device,
+                         per_block_bytes: float | None = None) -> list[int]:
+    """Indices of the blocks to recompute in the backward pass.
+
+    `auto` keeps activations of as many blocks as the GPU's free memory allows (recomputing costs
+    about a third of a step), and checkpoints the rest; on a CPU it checkpoints nothing.
+    """
+    if setting == "off":
+        return []
+    if setting == "all":
+        return list(range(num_blocks))
+    kind, _, arg = setting.partition(":")
+    if kind == "every" and arg.isdigit() and int(arg) > 0:
+        return list(range(0, num_blocks, int(arg)))
+    if kind == "blocks" and arg.isdigit():
+        return list(range(min(int(arg), num_blocks)))
+    if setting == "auto":
+        if device.type != "cuda" or not per_block_bytes:
+            return []
+        free, _ = torch.cuda.mem_get_info(device)
+        budget = 0.80 * free
+        keep = int(min(num_blocks, max(0, budget // per_block_bytes)))
+        return list(range(num_blocks - keep))
+    raise ConfigError(f"train.grad_checkpointing={setting!r}: use off, all, every:N, blocks:N or auto")
+
+
+def apply_checkpointing(transformer: torch.nn.Module, blocks: list[int]) -> None:
+    """Recompute the chosen blocks in backward; module names (and so state dicts) are unchanged."""
+    from functools import partial
+
+    from torch.utils.checkpoint import checkpoint
+
+    def _ckpt(fwd, *args, **kwargs):
+        if torch.is_grad_enabled():
+            return checkpoint(fwd, *args, use_reentrant=False, **kwargs)
+        return fwd(*args, **kwargs)
+
+    for i in blocks:
+        block = transformer.transformer_blocks[i]
+        block.forward = partial(_ckpt, block.forward)
+
+
+# ------------------------------------------------------------------------------------------ trainer
+class Trainer:
+    def __init__(self, cfg: WorldtuneConfig):
+        from worldtune.models.load import fingerprint, load_pipeline, load_transformer, resolve_spec
+
+        self.cfg, tc = cfg, cfg.train
+        self.dist = Dist()
+        self.out = Path(tc.out)
+        self.spec = resolve_spec(cfg.model.name, cfg.model.path)
+        h = self.spec.transformer
+        self.cache_mode = _cache_available(cfg, self.spec)
+        self.cache, self.train_set, self.val_set, self.data_info = _build_data(cfg, self.spec, self.cache_mode)
+        if len(self.train_set) == 0:
+            raise DatasetError(f"{tc.dataset}: no training clips (split='train'"
+                               f"{' with cached latents' if self.cache_mode else ''}); check prepare's report")
+        for name, v in (("height", self.data_info["height"]), ("width", self.data_info["width"])):
+            if v % 16:
+                raise ConfigError(f"dataset {name}={v} is not divisible by 16 (the DiT patchifies 2x2 latents of 8x pixels)")
+        dev = self.dist.device
+        self.amp = dev.type == "cuda" and tc.mixed_precision != "no"
+        self.amp_dtype = torch.bfloat16 if tc.mixed_precision == "bf16" else torch.float16
+        base_dtype = "bf16" if (self.amp and tc.mode != "full") else "fp32"
+        torch.manual_seed(tc.seed)
+        if self.cache_mode:
+            self.transformer, _ = load_transformer(cfg.model.name, cfg.model.path, dtype=base_dtype, device=dev,
+                                                   seed=cfg.model.seed)
+            self.pipe = None
+        else:
+            self.pipe, _ = load_pipeline(cfg.model.name, cfg.model.path, dtype=base_dtype, device=str(dev),
+                                         seed=cfg.model.seed)
+            self.pipe.text_encoder.requires_grad_(False)
+            self.pipe.vae.requires_grad_(False)
+            self.transformer = self.pipe.transformer
+        self.base_fingerprint = fingerprint(self.transformer)
+        self.projected_text = bool(self.cache_mode and self.cache.info.get("text_kind") == "projected")
+        self._saved_proj = None
+        if self.projected_text:
+            self._saved_proj = self.transformer.crossattn_proj
+            self.transformer.crossattn_proj = torch.nn.Identity()
+        self.params = apply_training_mode(self.transformer, tc.mode, tc.lora)
+        self.n_trainable = sum(p.numel() for p in self.params)
+        self.ckpt_blocks = choose_checkpointing(tc.grad_checkpointing, len(self.transformer.transformer_blocks), dev,
+                                                self._per_block_bytes())
+        apply_checkpointing(self.transformer, self.ckpt_blocks)
+        if tc.compile:
+            for block in self.transformer.transformer_blocks:
+                block.compile()
+        self.model = self.transformer
+        if self.dist.world > 1:
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                self.transformer, device_ids=[dev.index] if dev.type == "cuda" else None)
+        fused = tc.fused_adamw and dev.type == "cuda"
+        self.optimizer = torch.optim.AdamW(self.params, lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps,
+                                           weight_decay=tc.weight_decay, fused=fused or None)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_multiplier(s, tc.steps, tc.warmup, tc.f_max, tc.f_min))
+        from worldtune.data.dataset import ShardedSampler
+
+        self.sampler = ShardedSampler(len(self.train_set), tc.seed, self.dist.rank, self.dist.world)
+        self.objective: FlowMatchingLoss = flow_loss_from_config(tc)
+        self.ema = ({n: p.detach().float().clone() for n, p in self.transformer.named_parameters()}
+                    if tc.mode == "full" and tc.ema else None)
+        self.ckpt = CheckpointManager(self.out, tc.checkpoint.keep, tc.checkpoint.milestones)
+        self.step = 0
+        self.fps = self.data_info.get("fps") or self.spec.fps
+        self._stop: str | None = None
+        self._tb = None
+        self.flops_per_sample = self._flops_per_sample()
+
+    # ------------------------------------------------------------------ helpers
+    def _latent_shape(self) -> tuple[int, int, int]:
+        f = self.data_info["num_frames"] if self.cache_mode else (self.cfg.train.num_frames or self.data_info["num_frames"])
+        return (f - 1) // 4 + 1, self.data_info["height"] // 8, self.data_info["width"] // 8
+
+    def _per_block_bytes(self) -> float | None:
+        try:
+            from worldtune.models.flops import block_activation_bytes
+        except ImportError:
+            return None
+        t, h, w = self._latent_shape()
+        return block_activation_bytes(self.spec.transformer, t, h, w, batch=self.cfg.train.batch_size)
+
+    def _flops_per_sample(self) -> float | None:
+        try:
+            from worldtune.models.flops import train_step_flops
+        except ImportError:
+            return None
+        t, h, w = self._latent_shape()
+        try:
+            return float(train_step_flops(self.spec.transformer, t, h, w, text_len=self.spec.max_sequence_length))
+        except TypeError:
+            return None
+
+    def _batch(self, indices: list[int], positions: list[int], micro: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Clean latents, text embeddings and per-sample seeds of this process's micro-batch."""
+        tc = self.cfg.train
+        gbs = tc.batch_size * self.dist.world
+        seeds = [sample_seed(tc.seed, self.step, (micro * gbs) + p) for p in positions]
+        dev = self.dist.device
+        if self.cache_mode:
+            items = [self.train_set[i] for i in indices]
+            x0 = torch.stack([it["latents"] for it in items]).to(dev)
+            text = torch.stack([it["text"] for it in items]).to(dev)
+            return x0, text, seeds
+        from worldtune.data.cache import encode_prompts
+        from worldtune.models.latents import encode, frames_to_pixels
+
+        items = [self.train_set.get(i, torch.Generator().manual_seed(s)) for i, s in zip(indices, seeds)]
+        pix = torch.stack([frames_to_pixels(it["frames"]) for it in items])
+        x0 = encode(self.pipe.vae, pix)
+        text = encode_prompts(self.pipe, self.spec, [it["prompt"] for it in items], "raw").to(dev)
+        return x0, text, seeds
+
+    def _forward_loss(self, x0: torch.Tensor, text: torch.Tensor, seeds: list[int], model=None, **force) -> torch.Tensor:
+        model = model or self.model
+        fb = self.objective.prepare(x0, seeds, **force)
+        dtype = self.amp_dtype if self.amp else next(self.transformer.parameters()).dtype
+        ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
+        with ctx:
+            pred = model(**transformer_inputs(fb, text, dtype, self.fps if self.spec.uses_fps else None))[0]
+        return self.objective.loss(pred, fb)
+
+    # ------------------------------------------------------------------ steps
+    def train_step(self) -> dict[str, float]:
+        tc = self.cfg.train
+        self.model.train()
+        t0 = time.perf_counter()
+        total = 0.0
+        for micro in range(tc.grad_accum):
+            indices, positions = self.sampler.next_local(tc.batch_size)
+            x0, text, seeds = self._batch(indices, positions, micro)
+            sync = micro == tc.grad_accum - 1 or self.dist.world == 1
+            ctx = self.model.no_sync() if (not sync and hasattr(self.model, "no_sync")) else nullcontext()
+            with ctx:
+                loss = self._forward_loss(x0, text, seeds) / tc.grad_accum
+                loss.backward()
+            total += float(loss.detach())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            with torch.no_grad():
+                for n, p in self.transformer.named_parameters():
+                    self.ema[n].lerp_(p.detach().float(), 1 - tc.ema)
+        self.step += 1
+        if self.dist.device.type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        samples = tc.batch_size * tc.grad_accum * self.dist.world
+        row = {"step": self.step, "loss": self.dist.mean(total), "lr": self.scheduler.get_last_lr()[0],
+               "grad_norm": float(grad_norm), "step_time": dt, "samples_per_s": samples / dt}
+        if self.flops_per_sample and self.dist.device.type == "cuda":
+            peak = float(os.environ.get("WORLDTUNE_PEAK_TFLOPS", "790")) * 1e12
+            row["mfu"] = self.flops_per_sample * samples / dt / (peak * self.dist.world)
+        return row
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Held-out loss at fixed noise levels and fixed noise: comparable across steps and runs."""
+        tc = self.cfg.train
+        data = self.val_set if len(self.val_set) else self.train_set
+        n = min(len(data), max(1, tc.val_samples))
+        self.model.eval()
+        per_sigma: dict[float, list[float]] = {s: [] for s in tc.val_sigmas}
+        for i in range(n):
+            if self.cache_mode:
+                it = data[i]
+                x0, text = it["latents"][None].to(self.dist.device), it["text"][None].to(self.dist.device)
+            else:
+                from worldtune.data.cache import encode_prompts
+                from worldtune.models.latents import encode, frames_to_pixels
+
+                it = data.get(i, torch.Generator().manual_seed(i))
+                x0 = encode(self.pipe.vae, frames_to_pixels(it["frames"])[None])
+                text = encode_prompts(self.pipe, self.spec, [it["prompt"]], "raw").to(self.dist.device)
+            for j, s in enumerate(tc.val_sigmas):
+                loss = self._forward_loss(x0, text, [sample_seed(tc.seed + 1, 0, i * 100 + j)], model=self.transformer,
+                                          sigma=[s], num_cond=[1])
+                per_sigma[s].append(float(loss))
+        out = {f"val_loss@{s:g}": sum(v) / len(v) for s, v in per_sigma.items()}
+        out["val_loss"] = sum(out.values()) / len(out)
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        return {"scheduler": self.scheduler.state_dict(), "sampler": self.sampler.state_dict(),
+                "base_fingerprint": self.base_fingerprint, "mode": self.cfg.train.mode,
+                "model": self.spec.name, "run": str(self.out.resolve()), "world_size": self.dist.world,
+                "config": json.loads(self.cfg.model_dump_json())}
+
+    def save(self) -> Path | None:
+        path = None
+        if self.dist.main:
+            path = self.ckpt.save(self.step, trainable_state_dict(self.transformer), self.optimizer.state_dict(),
+                                  self.state(), self.ema)
+        self.dist.barrier()
+        return path
+
+    def resume(self, source: Path) -> None:
+        ck = CheckpointManager.load(source)
+        st = ck["state"]
+        if st.get("base_fingerprint") != self.base_fingerprint:
+            raise CheckpointError(f"{source} was trained on another base model (fingerprint {st.get('base_fingerprint')} "
+                                  f"!= {self.base_fingerprint}): resume with the same model.path/name")
+        if st.get("mode") != self.cfg.train.mode:
+            raise CheckpointError(f"{source} is a {st.get('mode')} checkpoint but train.mode={self.cfg.train.mode}")
+        named = dict(self.transformer.named_parameters())
+        missing = [k for k in named if named[k].requires_grad and k not in ck["trainable"]]
+        if missing:
+            raise CheckpointError(f"{source} lacks {len(missing)} trainable tensors (e.g. {missing[0]}): it was made "
+                                  f"with other adapter settings (train.lora.*)")
+        with torch.no_grad():
+            for k, v in ck["trainable"].items():
+                named[k].copy_(v.to(named[k].dtype))
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.scheduler.load_state_dict(st["scheduler"])
+        self.sampler.load_state_dict(st["sampler"])
+        if self.ema is not None and "ema" in ck:
+            self.ema = {k: v.to(self.dist.device) for k, v in ck["ema"].items()}
+        set_rng_state(ck["rng"])
+        self.step = int(st["step"])
+        self.ckpt.resumed_from = source
+
+    # ------------------------------------------------------------------ run
+    def _on_signal(self, signum, _frame) -> None:
+        self._stop = signal.Signals(signum).name
+
+    def _log(self, row: dict[str, Any]) -> None:
+        if not self.dist.main:
+            return
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)):
+                    self._tb.add_scalar(k.replace("@", "/"), v, row["step"])
+
+    def _write_run_json(self, status: str, extra: dict[str, Any] | None = None) -> None:
+        if not self.dist.main:
+            return
+        run = {"format": "worldtune.run", "version": 1, "status": status, "step": self.step,
+               "steps": self.cfg.train.steps, "mode": self.cfg.train.mode, "model": self.spec.name,
+               "family": self.spec.family, "base_fingerprint": self.base_fingerprint,
+               "trainable_params": self.n_trainable, "world_size": self.dist.world,
+               "device": str(self.dist.device), "cache": self.cache_mode, "projected_text": self.projected_text,
+               "checkpointed_blocks": len(self.ckpt_blocks), "dataset": self.cfg.train.dataset,
+               "lora": self.cfg.train.lora.model_dump() if self.cfg.train.mode != "full" else None,
+               **(extra or {})}
+        (self.out / "run.json").write_text(json.dumps(run, indent=1, default=str))
+
+    def fit(self) -> dict[str, Any]:
+        tc = self.cfg.train
+        self.out.mkdir(parents=True, exist_ok=True)
+        source = self.ckpt.resolve(tc.resume)
+        if source is not None:
+            self.resume(source)
+        elif self.dist.main and (self.out / "metrics.jsonl").exists() and tc.resume is None:
+            if self.ckpt.complete():
+                raise CheckpointError(f"{self.out} already holds checkpoints of a run: pass --train.resume auto to "
+                                      f"continue it, or choose another train.out")
+            (self.out / "metrics.jsonl").unlink()
+        if self.dist.main:
+            (self.out / "config.toml").write_text(dump_config(self.cfg))
+            if tc.tensorboard:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+
+                    self._tb = SummaryWriter(str(self.out / "tensorboard"))
+                except ImportError:
+                    self._tb = None
+        self._write_run_json("running", {"resumed_from": str(source) if source else None})
+        old = {s: signal.signal(s, self._on_signal) for s in PREEMPT_SIGNALS}
+        t_start, first_loss, last_loss, val = time.time(), None, None, {}
+        try:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            cols = [TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TextColumn("{task.fields[info]}"), TimeRemainingColumn()]
+            with Progress(*cols, disable=not self.dist.main, transient=False) as bar:
+                task = bar.add_task("train", total=tc.steps, completed=self.step, info="")
+                while self.step < tc.steps:
+                    row = self.train_step()
+                    first_loss = row["loss"] if first_loss is None else first_loss
+                    last_loss = row["loss"]
+                    if self.step % tc.log_every == 0 or self.step == tc.steps:
+                        self._log(row)
+                    if tc.val_every and self.step % tc.val_every == 0:
+                        val = self.validate()
+                        self._log({"step": self.step, **val})
+                    info = f"loss {row['loss']:.4f} lr {row['lr']:.2e} {row['step_time']:.2f}s/step"
+                    if "mfu" in row:
+                        info += f" MFU {row['mfu']:.0%}"
+                    bar.update(task, completed=self.step, info=info)
+                    periodic = tc.checkpoint.every and self.step % tc.checkpoint.every == 0
+                    if periodic and self.step < tc.steps:
+                        self.save()
+                    if self.dist.any(self._stop is not None):
+                        self.save()
+                        self._write_run_json("preempted", {"signal": self._stop})
+                        raise typer.Exit(REQUEUE_EXIT_CODE)
+            val = self.validate()
+            self._log({"step": self.step, **val})
+            final = self.save()
+            export = self.export() if self.dist.main else None
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            if self._tb is not None:
+                self._tb.close()
+        summary = {"run": str(self.out), "steps": self.step, "first_loss": first_loss, "last_loss": last_loss,
+                   **val, "checkpoint": str(final) if final else None, "export": str(export) if export else None,
+                   "seconds": round(time.time() - t_start, 1), "trainable_params": self.n_trainable}
+        self._write_run_json("done", {"summary": summary})
+        return summary
+
+    def export(self) -> Path:
+        """Diffusers files beside the run: LoRA weights with metadata, or a transformer folder."""
+        out = self.out / "export"
+        out.mkdir(parents=True, exist_ok=True)
+        if self.cfg.train.mode == "full":
+            model = unwrap(self.transformer)
+            if self._saved_proj is not None:
+                model.crossattn_proj = self._saved_proj
+            if self.ema is not None:
+                with torch.no_grad():
+                    for n, p in model.named_parameters():
+                        p.copy_(self.ema[n].to(p.dtype))
+            model.save_pretrained(out / "transformer", safe_serialization=True)
+            return out / "transformer"
+        from worldtune.train.export import save_lora
+
+        save_lora(out, peft_state_dict(self.transformer), adapter_metadata(self.transformer), self.spec,
+                  self.base_fingerprint)
+        return out
+
+
+def run(cfg: WorldtuneConfig) -> dict[str, Any]:
+    """Entry point of `worldtune train`."""
+    from rich.console import Console
+    from rich.table import Table
+
+    trainer = Trainer(cfg)
+    summary = trainer.fit()
+    if trainer.dist.main:
+        table = Table(title=f"worldtune train: {cfg.train.mode} on {trainer.spec.name}")
+        table.add_column("item")
+        table.add_column("value")
+        for k, v in summary.items():
+            table.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+        Console().print(table)
+    return summary

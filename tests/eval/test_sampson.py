@@ -1,0 +1,146 @@
+"""The Sampson metric: exact on known geometry, small on clean renders, monotone in distortion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from eval_scene import exterior_cams, moving_cam, render, sine_warp
+
+from worldtune.eval.sampson import (SampsonConfig, SampsonError, SeriesScore, VideoSource, across_videos, band,
+                                    estimate_fundamental, fundamental_from_cameras, sampson_distance)
+from worldtune.eval.video import write_video
+
+
+def _points(n: int = 200, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random((n, 3)) * [2, 2, 1.5] - [1, 0, 0]
+
+
+def test_true_cameras_give_zero_error_and_jitter_raises_it_monotonically():
+    a, b = exterior_cams()
+    F = fundamental_from_cameras(a.K, a.R, a.t, b.K, b.R, b.t)
+    X = _points()
+    x0, x1 = a.project(X), b.project(X)
+    assert sampson_distance(F, x0, x1).max() < 1e-6
+    rng = np.random.default_rng(1)
+    noise = rng.standard_normal(x1.shape)
+    means = [float(np.mean(sampson_distance(F, x0, x1 + s * noise))) for s in (0.0, 0.5, 1.0, 2.0, 4.0)]
+    assert all(lo < hi for lo, hi in zip(means, means[1:])), means
+    # Sampson distance is a first-order geometric error: jitter of σ px gives errors of order σ
+    assert 0.2 < means[2] < 1.5
+
+
+def test_convention_matches_opencv_fit():
+    """Our F(x0ᵀ F x1 = 0) fitted from exact correspondences agrees with the true cameras' F."""
+    a, b = exterior_cams()
+    X = _points(300, seed=2)
+    x0, x1 = a.project(X), b.project(X)
+    F, inliers = estimate_fundamental(x0, x1, SampsonConfig())
+    assert inliers.mean() > 0.95
+    assert np.median(sampson_distance(F, x0, x1)) < 0.05
+    assert np.median(sampson_distance(F.T, x0, x1)) > 1.0  # the transposed convention would be wrong
+
+
+def test_demo_scene_true_F_and_estimated_metric_small():
+    """On the project's demo scene (worldtune.data.synthetic): true F ~0 px; the estimate < 1 px."""
+    synthetic = pytest.importorskip("worldtune.data.synthetic")
+    ep = synthetic.SyntheticEpisode(0, 12, 0)
+    c0, c1 = ep.camera("exterior_1", 0), ep.camera("wrist", 3)
+    F = fundamental_from_cameras(c0.K, c0.R, c0.t, c1.K, c1.R, c1.t)
+    X = np.random.default_rng(0).random((50, 3)) * [0.8, 0.6, 0.2] - [0.4, 0.3, 0.0]
+    assert sampson_distance(F, c0.project(X), c1.project(X)).max() < 1e-6
+
+    def frames(role: str) -> np.ndarray:
+        return np.stack([np.asarray(ep.render_view(role, i)).reshape(ep.height, ep.width, 3) for i in range(0, 12, 2)])
+
+    metric = SampsonError(SampsonConfig(moving_views=("wrist",)))
+    score = metric.score_views({"exterior_1": frames("exterior_1"), "wrist": frames("wrist")})
+    assert score.temporal["wrist"].evaluated >= 3
+    assert score.overall("temporal").median < 1.0
+    assert score.crossview["exterior_1|wrist"].evaluated + score.crossview["exterior_1|wrist"].n_skipped == 6
+
+
+def test_clean_render_small_and_warp_raises_error_monotonically():
+    a, b = exterior_cams()
+    ia, ib = render(a), render(b)
+    metric = SampsonError()
+    medians = [metric.pair(ia, sine_warp(ib, amp, period=50))["median"] for amp in (0.0, 1.0, 2.0, 4.0)]
+    assert medians[0] < 0.2
+    assert all(lo < hi for lo, hi in zip(medians, medians[1:])), medians
+
+
+def test_temporal_wobble_raises_error_monotonically():
+    metric = SampsonError()
+    medians = []
+    for amp in (0.0, 1.0, 2.0):
+        frames = np.stack([sine_warp(render(moving_cam(t)), amp, period=60, phase=1.7 * t) for t in range(4)])
+        s = metric.temporal(frames, name="wrist")
+        assert s.evaluated == 3 and s.n_skipped == 0
+        medians.append(s.median)
+    assert medians[0] < 0.3
+    assert all(lo < hi for lo, hi in zip(medians, medians[1:])), medians
+
+
+def test_crossview_pooled_vs_per_frame_and_textureless_pairs_are_counted():
+    a, b = exterior_cams()
+    ia, ib = render(a), render(b)
+    fa, fb = np.stack([ia] * 3), np.stack([ib] * 3)
+    metric = SampsonError()
+    pooled = metric.crossview(fa, fb, pooled=True)
+    per = metric.crossview(fa, fb, pooled=False)
+    assert pooled.evaluated == 3 and per.evaluated == 3
+    assert pooled.median < 0.3 and per.median < 0.3
+    flat = np.full((3, 180, 320, 3), 90, np.uint8)
+    s = metric.crossview(fa, flat, pooled=False)
+    assert s.evaluated == 0 and s.skipped == {"too_few_matches": 3}
+    assert np.isnan(s.mean) and s.summary()["median"] is None
+    assert metric.crossview(fa, flat, pooled=True).skipped == {"pooled_fit_failed": 3}
+
+
+def test_min_inliers_guard_skips_and_counts():
+    a, b = exterior_cams()
+    ia, ib = render(a), render(b)
+    strict = SampsonError(SampsonConfig(min_inliers=100_000))
+    assert strict.pair(ia, ib) == {"skipped": "too_few_matches"}
+    s = strict.temporal(np.stack([ia, ia, ia]))
+    assert s.evaluated == 0 and s.n_skipped == 2
+
+
+def test_aggregation_nan_aware_and_bands():
+    s = SeriesScore("x", pair_means=[1.0, 3.0, float("nan")], pair_medians=[0.5, 1.5, float("nan")])
+    assert s.mean == pytest.approx(2.0) and s.median == pytest.approx(1.0)
+    stats = across_videos([1.0, 3.0, float("nan")])
+    assert stats["n"] == 2 and stats["n_nan"] == 1 and stats["median"] == pytest.approx(2.0)
+    assert [band(x) for x in (0.5, 2, 4, 9, float("nan"))] == ["excellent", "good", "fair", "poor", "n/a"]
+
+
+def test_sources_corrupt_and_one_frame_videos_are_skips(tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"not a video at all")
+    one = write_video(tmp_path / "one.mp4", render(moving_cam(0))[None], 16)
+    frames = np.stack([render(moving_cam(t)) for t in range(3)])
+    good = write_video(tmp_path / "good.mp4", frames, 16)
+    sources = [VideoSource("bad", video=str(bad)), VideoSource("one", video=str(one)),
+               VideoSource("missing", video=str(tmp_path / "nope.mp4")), VideoSource("good", video=str(good))]
+    scores = SampsonError().score_many(sources, workers=2, progress=False)
+    assert [s.key for s in scores] == ["bad", "one", "missing", "good"]
+    assert scores[0].status.startswith("skipped: unreadable") and scores[2].status.startswith("skipped: unreadable")
+    assert scores[1].status == "skipped: fewer than 2 frames"
+    assert scores[3].ok and scores[3].temporal["video"].evaluated == 2
+    assert scores[3].overall("temporal").median < 1.0
+
+
+def test_grid_and_separate_view_sources_agree(tmp_path):
+    from conftest import LAYOUT, grid_frames
+
+    g = grid_frames(3)
+    grid = write_video(tmp_path / "grid.mp4", g, 16)
+    views = {"exterior_1": g[:, :180, :320], "exterior_2": g[:, :180, 320:], "wrist": g[:, 180:, :320]}
+    paths = {r: str(write_video(tmp_path / f"{r}.mp4", v, 16)) for r, v in views.items()}
+    loaded_grid = VideoSource("g", video=str(grid), layout=LAYOUT).load()
+    loaded_views = VideoSource("v", views=paths).load()
+    assert sorted(loaded_grid) == sorted(loaded_views) == sorted(views)
+    for r in views:
+        assert loaded_grid[r].shape == loaded_views[r].shape == (3, 180, 320, 3)
+    score = SampsonError().score_views(loaded_grid)
+    assert set(score.crossview) == {"exterior_1|exterior_2", "exterior_1|wrist", "exterior_2|wrist"}
+    assert score.overall("crossview").median < 1.0
