@@ -39,7 +39,10 @@ def _stage(module: str, func: str = "run") -> Callable[..., Any]:
 def _resolve(config: Optional[str], ctx: typer.Context, print_config: bool, section: str | None = None):
     from worldtune.config import dump_config, load_config
 
-    cfg = load_config(config, list(ctx.args))
+    args = list(ctx.args)
+    if config is not None and config.startswith("--"):  # no config file: the first override was taken for it
+        config, args = None, [config, *args]
+    cfg = load_config(config, args)
     if print_config:
         typer.echo(dump_config(getattr(cfg, section) if section else cfg))
         raise typer.Exit(0)
@@ -165,7 +168,9 @@ def launch_slurm(ctx: typer.Context, config: str = typer.Argument(...),
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: our errors become one line on stderr and exit code 1 (2: not built)."""
     try:
-        app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False)
+        if isinstance(rv, int):  # click returns typer.Exit codes instead of raising without standalone mode
+            return rv
     except WorldtuneError as e:
         typer.echo(f"error: {e}", err=True)
         return getattr(e, "exit_code", 1)

@@ -83,6 +83,7 @@ class PrepareConfig(Section):
     workers: int = 2
     codec: str = "libx264"
     crf: int = 18
+    preset: str = "medium"  # x264 preset of the written clips
 
     @field_validator("num_frames")
     @classmethod
@@ -227,6 +228,7 @@ class GenerateConfig(Section):
     attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
     device: str = "auto"  # auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu
     cond_timestep: float = 1e-4  # timestep of the clean conditioning latent frames (2.5 family)
+    max_sequence_length: int | None = None  # text tokens (padded/truncated); None = the model spec's
 
     @model_validator(mode="after")
     def _check(self) -> "GenerateConfig":

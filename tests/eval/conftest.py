@@ -16,7 +16,7 @@ from eval_scene import exterior_cams, moving_cam, render, sine_warp  # noqa: E40
 
 from worldtune.eval.video import write_video  # noqa: E402
 
-LAYOUT = {"kind": "grid", "rows": 2, "cols": 2,
+LAYOUT = {"type": "grid", "rows": 2, "cols": 2,
           "cells": {"exterior_1": [0, 0], "exterior_2": [0, 1], "wrist": [1, 0]}}
 H, W = 180, 320
 

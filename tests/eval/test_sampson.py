@@ -43,20 +43,22 @@ def test_convention_matches_opencv_fit():
 def test_demo_scene_true_F_and_estimated_metric_small():
     """On the project's demo scene (worldtune.data.synthetic): true F ~0 px; the estimate < 1 px."""
     synthetic = pytest.importorskip("worldtune.data.synthetic")
-    ep = synthetic.SyntheticEpisode(0, 12, 0)
+    ep = synthetic.SyntheticEpisode(0, 30, 0)
     c0, c1 = ep.camera("exterior_1", 0), ep.camera("wrist", 3)
     F = fundamental_from_cameras(c0.K, c0.R, c0.t, c1.K, c1.R, c1.t)
     X = np.random.default_rng(0).random((50, 3)) * [0.8, 0.6, 0.2] - [0.4, 0.3, 0.0]
     assert sampson_distance(F, c0.project(X), c1.project(X)).max() < 1e-6
 
     def frames(role: str) -> np.ndarray:
-        return np.stack([np.asarray(ep.render_view(role, i)).reshape(ep.height, ep.width, 3) for i in range(0, 12, 2)])
+        return np.stack([np.asarray(ep.render_view(role, i)).reshape(ep.height, ep.width, 3) for i in range(6, 12)])
 
     metric = SampsonError(SampsonConfig(moving_views=("wrist",)))
     score = metric.score_views({"exterior_1": frames("exterior_1"), "wrist": frames("wrist")})
-    assert score.temporal["wrist"].evaluated >= 3
-    assert score.overall("temporal").median < 1.0
-    assert score.crossview["exterior_1|wrist"].evaluated + score.crossview["exterior_1|wrist"].n_skipped == 6
+    assert score.temporal["wrist"].evaluated >= 4
+    assert score.temporal["wrist"].median < 1.0 and score.overall("temporal").median < 1.0
+    # wide-baseline exterior/wrist pairs rarely match on this scene: every pair is scored or counted
+    cross = score.crossview["exterior_1|wrist"]
+    assert cross.evaluated + cross.n_skipped == 6
 
 
 def test_clean_render_small_and_warp_raises_error_monotonically():

@@ -380,14 +380,15 @@ class SyntheticEpisode:
         floor = Plane(2, -0.7, "floor", 1.0, None, 250.0)
         wall = Plane(1, 1.2, "wall", -1.0, None, 150.0)
         bowl = Cylinder(self.bowl, 0.07, 0.03, "bowl")
-        return [table, floor, wall, bowl]
+        still = [Box(self.blocks[n], np.full(3, size), n, self.yaws[n]) for n, (_, size) in _BLOCKS.items()
+                 if n != self.target]  # blocks the arm never touches
+        return [table, floor, wall, bowl, *still]
 
     def _moving(self, i: int) -> list:
         g, opening, _ = self.gripper(i)
         prims: list = []
-        for name, (_, size) in _BLOCKS.items():
-            p = self.block_position(name, i)
-            prims.append(Box(p, np.array([size, size, size]), name, self.yaws[name]))
+        size = _BLOCKS[self.target][1]
+        prims.append(Box(self.block_position(self.target, i), np.full(3, size), self.target, self.yaws[self.target]))
         palm_z = g[2] + 0.05
         prims.append(Box(np.array([g[0], g[1], palm_z + 0.012]), np.array([0.055, 0.025, 0.012]), "arm"))
         for sgn in (-1, 1):
@@ -437,6 +438,34 @@ def _camera_rays(K: np.ndarray, h: int, w: int) -> np.ndarray:
     return _RAY_CACHE[key]
 
 
+_EDGES = [(a, b) for a in range(8) for b in range(a + 1, 8) if bin(a ^ b).count("1") == 1]
+_NEAR = 1e-3
+
+
+def _screen_box(cam: Camera, corners: np.ndarray) -> tuple[int, int, int, int] | None:
+    """Pixel bounds (u0, v0, u1, v1) of a box's visible part, exact also when it crosses the
+    camera plane (edges are clipped at the near plane), or None when it is off screen."""
+    z = cam.depth(corners)
+    if (z <= _NEAR).all():
+        return None
+    pts = [corners[z > _NEAR]]
+    if (z <= _NEAR).any():
+        cut = []
+        for a, b in _EDGES:  # corners are ordered by sign bits, so edges differ in one bit
+            if (z[a] > _NEAR) != (z[b] > _NEAR):
+                t = (2 * _NEAR - z[a]) / (z[b] - z[a])  # a hair in front of the near plane
+                cut.append(corners[a] + t * (corners[b] - corners[a]))
+        pts.append(np.array(cut))
+    uv = cam.project(np.concatenate(pts))
+    uv = np.clip(uv, -1e6, 1e6)
+    u0, v0 = np.floor(uv.min(0)).astype(int)
+    u1, v1 = np.ceil(uv.max(0)).astype(int)
+    u0, v0, u1, v1 = max(u0, 0), max(v0, 0), min(u1, cam.width - 1), min(v1, cam.height - 1)
+    if u0 > u1 or v0 > v1:
+        return None
+    return u0, v0, u1, v1
+
+
 def _render(cam: Camera, prims: list, tex: dict, depth: np.ndarray | None = None,
             color: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Ray-cast `prims` into (depth, color) buffers; each primitive only within its screen box."""
@@ -446,25 +475,24 @@ def _render(cam: Camera, prims: list, tex: dict, depth: np.ndarray | None = None
         color = np.tile(np.array([[0.55, 0.62, 0.7]], np.float32), (h * w, 1))
     rays_c = _camera_rays(cam.K, h, w)
     o = cam.center
+    # unbounded planes (floor, wall) lie behind everything else: draw them last, only where
+    # nothing closer was hit (most of a wrist view is table: this halves its cost)
+    prims = sorted(prims, key=lambda p: isinstance(p, Plane) and p.bounds is None)
     for prim in prims:
         corners = prim.corners()
-        if corners is None:
+        if isinstance(prim, Plane) and prim.bounds is None:
+            idx = np.flatnonzero(~np.isfinite(depth))
+            if len(idx) == 0:
+                continue
+        elif corners is None:
             idx = None
         else:
-            z = cam.depth(corners)
-            if (z <= 1e-3).all():
+            box = _screen_box(cam, corners)
+            if box is None:
                 continue
-            if (z <= 1e-3).any():
-                idx = None
-            else:
-                uv = cam.project(corners)
-                u0, v0 = np.floor(uv.min(0)).astype(int)
-                u1, v1 = np.ceil(uv.max(0)).astype(int)
-                u0, v0, u1, v1 = max(u0, 0), max(v0, 0), min(u1, w - 1), min(v1, h - 1)
-                if u0 > u1 or v0 > v1:
-                    continue
-                vv, uu = np.mgrid[v0:v1 + 1, u0:u1 + 1]
-                idx = (vv * w + uu).ravel()
+            u0, v0, u1, v1 = box
+            vv, uu = np.mgrid[v0:v1 + 1, u0:u1 + 1]
+            idx = (vv * w + uu).ravel()
         d = (rays_c if idx is None else rays_c[idx]) @ cam.R  # world directions (R^T applied)
         t, col = prim.hit(o, d, tex)
         if idx is None:

@@ -182,21 +182,24 @@ class VideoWriter:
     def write(self, frame: np.ndarray | av.VideoFrame) -> None:
         """One HxWx3 uint8 RGB frame (or a ready `av.VideoFrame`)."""
         try:
-            if isinstance(frame, av.VideoFrame):
-                vf = frame
-                h, w = vf.height, vf.width
-            else:
-                h, w = frame.shape[:2]
-                vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
-            if self._c is None:
-                self._start(h, w)
-            vf.pts = None
-            for pkt in self._s.encode(vf):
-                self._c.mux(pkt)
-            self.count += 1
+            self._encode(frame)
         except OSError as e:
             self.abort()
             raise _disk_error(e, self.path) from None
+        self.count += 1
+
+    def _encode(self, frame: np.ndarray | av.VideoFrame) -> None:
+        if isinstance(frame, av.VideoFrame):
+            vf = frame
+            h, w = vf.height, vf.width
+        else:
+            h, w = frame.shape[:2]
+            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        if self._c is None:
+            self._start(h, w)
+        vf.pts = None
+        for pkt in self._s.encode(vf):
+            self._c.mux(pkt)
 
     def close(self) -> Path:
         """Flush the encoder, fsync, and rename the temp file to the final name."""
@@ -229,9 +232,13 @@ class VideoWriter:
             pass
 
 
+class DiskFullError(DatasetError):
+    """Out of disk space while writing: a run must stop (not skip the item) and can be resumed."""
+
+
 def _disk_error(e: OSError, path: Path) -> Exception:
     if e.errno == errno.ENOSPC:
-        return DatasetError(f"disk full while writing {path}: free space in {path.parent} and rerun (the run resumes)")
+        return DiskFullError(f"disk full while writing {path}: free space in {path.parent} and rerun (the run resumes)")
     return DatasetError(f"cannot write {path}: {e.strerror or _short(e)}")
 
 

@@ -25,6 +25,7 @@ Bands: < 1 px excellent, 1-3 good, 3-5 fair, > 5 poor.
 from __future__ import annotations
 
 import math
+import multiprocessing
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from worldtune.errors import EvaluationError
+from worldtune.errors import EvaluationError, WorldtuneError
 
 MIN_POINTS_FOR_F = 8  # the normalised 8-point algorithm inside every robust fitter needs this many
 
@@ -383,8 +384,9 @@ class SampsonError:
             views = source.load()
         except VideoReadError as e:
             return VideoScore(source.key, status=f"skipped: unreadable video ({e})")
-        score = self.score_views(views, key=source.key)
-        return score
+        except WorldtuneError as e:  # e.g. a video the layout cannot split
+            return VideoScore(source.key, status=f"skipped: {e}")
+        return self.score_views(views, key=source.key)
 
     def score_many(self, sources: Sequence["VideoSource"], workers: int = 1, progress: bool = True) -> list[VideoScore]:
         """Score many videos, in parallel processes when workers > 1, with a progress bar."""
@@ -395,7 +397,9 @@ class SampsonError:
                     results[i] = self.score_source(src)
                     advance()
             else:
-                with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
+                # spawn, not fork: a forked child inherits OpenCV's thread pool locks and can deadlock
+                ctx = multiprocessing.get_context("spawn")
+                with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
                     futures = {pool.submit(_score_one, self.cfg, src): i for i, src in enumerate(sources)}
                     for fut in as_completed(futures):
                         results[futures[fut]] = fut.result()
@@ -473,29 +477,16 @@ class VideoSource:
         if self.video is None:
             raise EvaluationError(f"{self.key}: neither a video nor views given")
         frames, _ = read_video(self.video)
-        if self.layout and _is_grid(self.layout):
-            return split_grid(frames, self.layout)
+        if self.layout:
+            return split_views(frames, self.layout)
         return {"video": frames}
 
 
-def _is_grid(layout: Mapping[str, Any]) -> bool:
-    kind = layout.get("kind", layout.get("type", "grid" if "cells" in layout else None))
-    return kind == "grid"
+def split_views(frames: np.ndarray, layout: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """{role: frames} of a generated video, split by the data stage's layout (grid, separate, single)."""
+    from worldtune.data.layout import layout_from_dict
 
-
-def split_grid(frames: np.ndarray, layout: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Split grid frames into {role: frames} with the data stage's layout (own fallback until it lands)."""
-    try:
-        from worldtune.data.layout import layout_from_dict
-    except ImportError:
-        layout_from_dict = None
-    if layout_from_dict is not None:
-        views = layout_from_dict(dict(layout)).split(frames)
-        return {role: np.asarray(v) for role, v in views.items()}
-    rows, cols = int(layout.get("rows", 2)), int(layout.get("cols", 2))
-    cells = layout.get("cells", {})
-    h, w = frames.shape[1] // rows, frames.shape[2] // cols
-    return {role: frames[:, r * h:(r + 1) * h, c * w:(c + 1) * w] for role, (r, c) in sorted(cells.items())}
+    return {role: np.asarray(v) for role, v in sorted(layout_from_dict(dict(layout)).split(frames).items())}
 
 
 def sources_from_paths(paths: Sequence[str | Path], layout: Mapping[str, Any] | None = None) -> list[VideoSource]:
@@ -519,4 +510,4 @@ def summarize(scores: Sequence[VideoScore]) -> dict[str, Any]:
 
 
 __all__ = ["SampsonError", "SampsonConfig", "VideoScore", "SeriesScore", "VideoSource", "sampson_distance",
-           "fundamental_from_cameras", "estimate_fundamental", "across_videos", "summarize", "band", "split_grid"]
+           "fundamental_from_cameras", "estimate_fundamental", "across_videos", "summarize", "band", "split_views"]

@@ -1,0 +1,1 @@
+"""Generation: videos from (first frame, prompt) pairs with a base model, adapters and several seeds."""

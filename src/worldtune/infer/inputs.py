@@ -171,37 +171,14 @@ def _read_dataset(root: Path, split: str) -> InputSet:
 
 
 # ------------------------------------------------------------------------------------- pixels
-def fit_frames(frames: np.ndarray, height: int, width: int, policy: Literal["pad", "crop"]) -> np.ndarray:
-    """Frames [T,H,W,3] to the generation size keeping the aspect ratio.
-
-    `pad` letterboxes (scale to fit inside, black bars); `crop` scales to cover and cuts the
-    centre. A frame already of the right size is returned untouched, so a matching input is
-    bit-identical to what a direct pipeline call would see.
-    """
-    import cv2
-
-    t, h, w, _ = frames.shape
-    if (h, w) == (height, width):
-        return frames
-    scale = min(height / h, width / w) if policy == "pad" else max(height / h, width / w)
-    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-    interp = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
-    resized = np.stack([cv2.resize(f, (nw, nh), interpolation=interp) for f in frames])
-    if policy == "pad":
-        out = np.zeros((t, height, width, 3), np.uint8)
-        y, x = (height - nh) // 2, (width - nw) // 2
-        out[:, y:y + nh, x:x + nw] = resized
-        return out
-    y, x = (nh - height) // 2, (nw - width) // 2
-    return np.ascontiguousarray(resized[:, y:y + height, x:x + width])
-
-
 def load_condition(inp: GenerationInput, mode: Mode, num_pixel_frames: int, height: int, width: int,
                    policy: Literal["pad", "crop"]) -> np.ndarray | None:
     """The conditioning frames [T,H,W,3] uint8 at the generation size (None for text2world).
 
     image2world takes the image (or a video's first frame); video2world takes the first
-    `num_pixel_frames` frames of the video. Raises DatasetError/GenerationError naming the file,
+    `num_pixel_frames` frames of the video. Another aspect ratio is fitted by `policy`, as the
+    dataset stage does: "pad" letterboxes with black, "crop" cuts the centre; a frame of the
+    right size is untouched, so it is exactly what a direct pipeline call would see. Raises DatasetError/GenerationError naming the file,
     which the caller counts as a skipped input.
     """
     if mode == "text2world":
@@ -217,7 +194,9 @@ def load_condition(inp: GenerationInput, mode: Mode, num_pixel_frames: int, heig
         frames = read_frames(inp.video, indices=list(range(n)))
     else:
         raise GenerationError(f"input {inp.name}: {mode} needs an image or a video")
-    return fit_frames(frames, height, width, policy)
+    from worldtune.data.layout import resize_frames
+
+    return resize_frames(frames, height, width, policy)
 
 
 def _read_image(path: Path) -> np.ndarray:

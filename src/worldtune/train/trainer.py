@@ -85,13 +85,10 @@ def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
         frames = tc.num_frames or info["num_frames"]
         return None, DecodedClips(tc.dataset, rows, frames, "train"), DecodedClips(tc.dataset, rows, frames, "val"), info
     path = Path(tc.cache) if tc.cache not in (None, "auto") else None
-    if path is None:
-        kind = resolve_text_kind("auto", spec.family)
-        settings = cache_settings(cfg, info, spec, kind)
-        path = default_cache_dir(tc.dataset, settings["key"])
-        if not path.is_dir():
-            settings = cache_settings(cfg, info, spec, "raw")
-            path = default_cache_dir(tc.dataset, settings["key"])
+    if path is None:  # prefer the projected cache for adapters; full fine-tuning needs raw embeddings
+        kinds = ["raw"] if tc.mode == "full" else [resolve_text_kind("auto", spec.family), "raw"]
+        found = [default_cache_dir(tc.dataset, cache_settings(cfg, info, spec, k)["key"]) for k in kinds]
+        path = next((p for p in found if p.is_dir()), found[0])
     cache = LatentCache(path)
     expect = cache_settings(cfg, info, spec, cache.info["text_kind"])
     cache.check({k: expect[k] for k in ("model_id", "height", "width", "num_frames")})
@@ -113,8 +110,8 @@ def _cache_available(cfg: WorldtuneConfig, spec) -> bool:
     from worldtune.data.dataset import read_dataset
 
     info, _ = read_dataset(cfg.train.dataset)
-    return any(default_cache_dir(cfg.train.dataset, cache_settings(cfg, info, spec, k)["key"]).is_dir()
-               for k in ("projected", "raw"))
+    kinds = ("raw",) if cfg.train.mode == "full" else ("projected", "raw")
+    return any(default_cache_dir(cfg.train.dataset, cache_settings(cfg, info, spec, k)["key"]).is_dir() for k in kinds)
 
 
 # ---------------------------------------------------------------------------------- checkpointing

@@ -1,0 +1,235 @@
+"""How cameras become model input: a grid of tiles, separate streams, or a single camera.
+
+Why a class per layout: the same object packs cameras at preparation time and splits generated
+videos back into cameras at generation/evaluation time, and it is stored in the prepared
+dataset's info.json (`to_dict` / `layout_from_dict`) so later stages need nothing else.
+
+Resize policy (both keep the aspect ratio; OpenCV INTER_AREA when shrinking, INTER_LINEAR when
+growing):
+- `"pad"` (default): scale the whole frame to fit inside the target and letterbox with black.
+  Nothing is lost; DROID's 180x320 fits a 16:9 cell exactly, so no bars appear there.
+- `"crop"`: scale to cover the target and cut the centre. No black bars; the borders are lost.
+`resize_transform` gives the (scale, offset) each policy applies, so camera intrinsics can follow:
+K' = [[sx*fx, 0, sx*cx + ox], [0, sy*fy, sy*cy + oy], [0, 0, 1]].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import cv2
+import numpy as np
+
+from worldtune.errors import ConfigError
+
+Resize = Literal["pad", "crop"]
+Frames = np.ndarray  # [T, H, W, 3] uint8
+
+DEFAULT_CELLS: dict[str, tuple[int, int]] = {"exterior_1": (0, 0), "exterior_2": (0, 1), "wrist": (1, 0)}
+
+
+def resize_transform(src_hw: tuple[int, int], dst_hw: tuple[int, int],
+                     mode: Resize = "pad") -> tuple[float, float, float, float]:
+    """(sx, sy, ox, oy): where `resize_frames` puts a source pixel, x' = sx*x + ox, y' = sy*y + oy.
+
+    Pixel centres are at integer coordinates (OpenCV's convention), hence the (s-1)/2 terms.
+    """
+    (sh, sw), (dh, dw) = src_hw, dst_hw
+    s = min(dh / sh, dw / sw) if mode == "pad" else max(dh / sh, dw / sw)
+    nh, nw = _scaled(sh, sw, s, dh, dw, mode)
+    sx, sy = nw / sw, nh / sh
+    if mode == "pad":
+        x0, y0 = (dw - nw) // 2, (dh - nh) // 2
+    else:
+        x0, y0 = -((nw - dw) // 2), -((nh - dh) // 2)
+    return sx, sy, x0 + (sx - 1) / 2, y0 + (sy - 1) / 2
+
+
+def _scaled(sh: int, sw: int, s: float, dh: int, dw: int, mode: Resize) -> tuple[int, int]:
+    if mode == "pad":
+        return min(dh, max(1, round(sh * s))), min(dw, max(1, round(sw * s)))
+    return max(dh, round(sh * s)), max(dw, round(sw * s))
+
+
+def resize_frames(frames: Frames, height: int, width: int, mode: Resize = "pad") -> Frames:
+    """Resize `[T,H,W,3]` (or one HxWx3) to height x width keeping aspect: letterbox or centre crop."""
+    one = frames.ndim == 3
+    fr = frames[None] if one else frames
+    t, sh, sw = fr.shape[:3]
+    if (sh, sw) == (height, width):
+        return frames
+    s = min(height / sh, width / sw) if mode == "pad" else max(height / sh, width / sw)
+    nh, nw = _scaled(sh, sw, s, height, width, mode)
+    interp = cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR
+    out = np.zeros((t, height, width, 3), np.uint8)
+    for i in range(t):
+        r = cv2.resize(fr[i], (nw, nh), interpolation=interp)
+        if mode == "pad":
+            y0, x0 = (height - nh) // 2, (width - nw) // 2
+            out[i, y0:y0 + nh, x0:x0 + nw] = r
+        else:
+            y0, x0 = (nh - height) // 2, (nw - width) // 2
+            out[i] = r[y0:y0 + height, x0:x0 + width]
+    return out[0] if one else out
+
+
+@dataclass
+class GridLayout:
+    """Cameras tiled in a rows x cols grid; `cells` maps role -> (row, col); other cells are black.
+
+    Default: DROID's 2x2 grid (top-left exterior_1, top-right exterior_2, bottom-left wrist,
+    bottom-right black). `height`/`width` are the whole grid frame's size.
+    """
+
+    rows: int = 2
+    cols: int = 2
+    cells: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_CELLS))
+    height: int | None = None
+    width: int | None = None
+    resize: Resize = "pad"
+    kind = "grid"
+
+    def __post_init__(self) -> None:
+        self.cells = {r: (int(c[0]), int(c[1])) for r, c in self.cells.items()}
+        seen: dict[tuple[int, int], str] = {}
+        for role, (r, c) in self.cells.items():
+            if not (0 <= r < self.rows and 0 <= c < self.cols):
+                raise ConfigError(f"grid cell {role} -> [{r}, {c}] is outside a {self.rows}x{self.cols} grid")
+            if (r, c) in seen:
+                raise ConfigError(f"grid cell [{r}, {c}] is given to both {seen[(r, c)]} and {role}")
+            seen[(r, c)] = role
+        if self.height is not None and self.width is not None:
+            self.cell_size(self.height, self.width)
+
+    @property
+    def roles(self) -> list[str]:
+        return list(self.cells)
+
+    def cell_size(self, height: int | None = None, width: int | None = None) -> tuple[int, int]:
+        """(height, width) of one tile of a height x width grid frame."""
+        h, w = height or self.height, width or self.width
+        if h is None or w is None:
+            raise ConfigError("the grid has no target size: pass height and width")
+        if h % self.rows or w % self.cols:
+            raise ConfigError(f"grid size {h}x{w} is not divisible into {self.rows}x{self.cols} cells")
+        return h // self.rows, w // self.cols
+
+    def pack(self, views: dict[str, Frames], height: int | None = None, width: int | None = None) -> Frames:
+        """{role: [T,h,w,3]} -> one [T,H,W,3] grid video; each view resized into its cell."""
+        ch, cw = self.cell_size(height, width)
+        missing = [r for r in self.cells if r not in views]
+        if missing:
+            raise ConfigError(f"grid needs cameras {missing} that were not given")
+        t = min(len(v) for v in views.values())
+        out = np.zeros((t, ch * self.rows, cw * self.cols, 3), np.uint8)
+        for role, (r, c) in self.cells.items():
+            out[:, r * ch:(r + 1) * ch, c * cw:(c + 1) * cw] = resize_frames(views[role][:t], ch, cw, self.resize)
+        return out
+
+    def split(self, video: Frames) -> dict[str, Frames]:
+        """A grid video (any size, e.g. a generated one) -> {role: its cell}, by proportional bounds."""
+        _, h, w = video.shape[:3]
+        out = {}
+        for role, (r, c) in self.cells.items():
+            y0, y1 = r * h // self.rows, (r + 1) * h // self.rows
+            x0, x1 = c * w // self.cols, (c + 1) * w // self.cols
+            out[role] = video[:, y0:y1, x0:x1]
+        return out
+
+    def to_dict(self) -> dict:
+        return {"type": "grid", "rows": self.rows, "cols": self.cols,
+                "cells": {k: list(v) for k, v in self.cells.items()},
+                "height": self.height, "width": self.width, "resize": self.resize}
+
+
+@dataclass
+class SeparateLayout:
+    """One stream per camera, each resized to height x width (the multi-view model's input).
+
+    `pack` returns {role: frames}. `split` accepts that dict back, or one video holding the views
+    one after another along time in `roles` order (how the multi-view model sequences them).
+    """
+
+    roles: list[str] = field(default_factory=lambda: list(DEFAULT_CELLS))
+    height: int | None = None
+    width: int | None = None
+    resize: Resize = "pad"
+    kind = "separate"
+
+    def cell_size(self, height: int | None = None, width: int | None = None) -> tuple[int, int]:
+        h, w = height or self.height, width or self.width
+        if h is None or w is None:
+            raise ConfigError("the layout has no target size: pass height and width")
+        return h, w
+
+    def pack(self, views: dict[str, Frames], height: int | None = None, width: int | None = None) -> dict[str, Frames]:
+        h, w = self.cell_size(height, width)
+        missing = [r for r in self.roles if r not in views]
+        if missing:
+            raise ConfigError(f"layout needs cameras {missing} that were not given")
+        return {r: resize_frames(views[r], h, w, self.resize) for r in self.roles}
+
+    def split(self, video: Frames | dict[str, Frames]) -> dict[str, Frames]:
+        if isinstance(video, dict):
+            return {r: video[r] for r in self.roles}
+        n = len(self.roles)
+        if len(video) % n:
+            raise ConfigError(f"a {len(video)}-frame video cannot hold {n} views of equal length")
+        t = len(video) // n
+        return {r: video[i * t:(i + 1) * t] for i, r in enumerate(self.roles)}
+
+    def to_dict(self) -> dict:
+        return {"type": "separate", "roles": list(self.roles), "height": self.height, "width": self.width,
+                "resize": self.resize}
+
+
+@dataclass
+class SingleLayout:
+    """One camera, resized to height x width."""
+
+    role: str = "exterior_1"
+    height: int | None = None
+    width: int | None = None
+    resize: Resize = "pad"
+    kind = "single"
+
+    @property
+    def roles(self) -> list[str]:
+        return [self.role]
+
+    def cell_size(self, height: int | None = None, width: int | None = None) -> tuple[int, int]:
+        h, w = height or self.height, width or self.width
+        if h is None or w is None:
+            raise ConfigError("the layout has no target size: pass height and width")
+        return h, w
+
+    def pack(self, views: dict[str, Frames], height: int | None = None, width: int | None = None) -> Frames:
+        if self.role not in views:
+            raise ConfigError(f"layout needs camera {self.role}, got {sorted(views)}")
+        h, w = self.cell_size(height, width)
+        return resize_frames(views[self.role], h, w, self.resize)
+
+    def split(self, video: Frames) -> dict[str, Frames]:
+        return {self.role: video}
+
+    def to_dict(self) -> dict:
+        return {"type": "single", "role": self.role, "height": self.height, "width": self.width,
+                "resize": self.resize}
+
+
+Layout = GridLayout | SeparateLayout | SingleLayout
+
+
+def layout_from_dict(d: dict) -> Layout:
+    """Rebuild a layout from `to_dict()` output (the `layout` entry of a prepared info.json)."""
+    kind = d.get("type")
+    common = {"height": d.get("height"), "width": d.get("width"), "resize": d.get("resize", "pad")}
+    if kind == "grid":
+        return GridLayout(int(d.get("rows", 2)), int(d.get("cols", 2)),
+                          {k: tuple(v) for k, v in d.get("cells", DEFAULT_CELLS).items()}, **common)
+    if kind == "separate":
+        return SeparateLayout(list(d["roles"]), **common)
+    if kind == "single":
+        return SingleLayout(str(d["role"]), **common)
+    raise ConfigError(f"unknown layout type {kind!r}: expected grid, separate or single")

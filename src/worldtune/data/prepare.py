@@ -1,0 +1,563 @@
+"""`worldtune prepare`: a LeRobot (v2.x/v3) or plain video dataset -> a folder of training clips.
+
+Output (docs/data.md): `info.json` (format "worldtune.dataset", version 1, layout, sizes, counts),
+`manifest.parquet` (one row per clip), `clips/*.mp4`, `report.json` + `report.md` + a length
+histogram, and `cameras.json` when the source has `meta/cameras.json`.
+
+How it stays correct when killed: every clip mp4 is written atomically; when all clips of an
+episode are written, a done-record `.progress/episode_NNNNNN.json` is written (atomically) with
+their manifest rows. A rerun skips episodes with a record and rewrites the others (same clip
+names, so no duplicates). The manifest is rebuilt from the records at the end. The settings that
+shape clips are fingerprinted in `.progress/settings.json`: rerunning into the same folder with
+other settings is an error, not a mix. Which episodes are held out (`val_fraction`, `seed`) is
+decided at manifest time, so changing it needs no re-encoding.
+
+Bad input never stops the run: an episode with a corrupt/truncated video, a missing camera,
+cameras that disagree in fps or frame count, no frames, or (with `missing_task = "skip"`) no
+usable task is skipped and counted by reason. Disk full stops the run with a one-line error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import re
+import statistics
+import time
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from worldtune.config import PrepareConfig
+from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, layout_from_dict
+from worldtune.data.lerobot import Episode, LeRobotDataset, VideoSpan
+from worldtune.data.video import DiskFullError, VideoWriter, atomic_write_bytes, probe, read_frames
+from worldtune.errors import ConfigError, DatasetError
+
+FORMAT = "worldtune.dataset"
+VERSION = 1
+PROMPT_PRESETS: dict[str, str] = {
+    "droid_grid": (
+        "A multi-view video shows that a robot {task} The video is split into four views: The top-left "
+        "view shows the robotic arm from the left side, the top-right view shows it from the right side, "
+        "the bottom-left view shows a first-person perspective from the robot's end-effector (gripper), "
+        "and the bottom-right view is a black screen (inactive view). The robot {task}"
+    ),
+    "gr1": "The robot arm is performing a task. {task}",
+    "plain": "{task}",
+}
+DROP_REASONS = ("empty_episode", "too_short", "missing_task", "unsuccessful", "missing_camera",
+                "corrupt_video", "truncated_video", "fps_mismatch", "frame_count_mismatch")
+PROGRESS = ".progress"
+# settings that change what a clip contains: a rerun with other values must not reuse clips
+_CLIP_SETTINGS = ("cameras", "layout", "grid", "num_frames", "stride", "clip_policy", "overlap", "height",
+                  "width", "fps", "resize", "prompt_template", "missing_task", "fallback_task", "codec", "crf",
+                  "preset")
+ClipHook = Callable[[str], None]
+
+
+# ------------------------------------------------------------------------------------ planning
+def prompt_template(cfg: PrepareConfig) -> str:
+    """The template string: a preset by name, or the config's own text containing {task}."""
+    t = PROMPT_PRESETS.get(cfg.prompt_template, cfg.prompt_template)
+    if "{task}" not in t:
+        raise ConfigError(f"prepare.prompt_template {cfg.prompt_template!r} is neither a preset "
+                          f"({', '.join(PROMPT_PRESETS)}) nor a text containing {{task}}")
+    return t
+
+
+def clean_task(text: str | None) -> str | None:
+    """Whitespace-normalised task text ending in punctuation; None if empty or not valid UTF-8."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates from a bad decode
+        return None
+    text = re.sub(r"\s+", " ", text).strip()
+    if not text:
+        return None
+    return text if text[-1] in ".!?" else text + "."
+
+
+def build_layout(cfg: PrepareConfig) -> Layout:
+    roles = list(cfg.cameras)
+    if not roles:
+        raise ConfigError("prepare.cameras is empty: map at least one role to a camera feature key")
+    if cfg.height % 2 or cfg.width % 2:
+        raise ConfigError(f"prepare.height/width must be even for yuv420p video, got {cfg.height}x{cfg.width}")
+    if cfg.layout == "grid":
+        unknown = [r for r in cfg.grid.cells if r not in cfg.cameras]
+        if unknown:
+            raise ConfigError(f"prepare.grid.cells names roles {unknown} that prepare.cameras does not map")
+        lay: Layout = GridLayout(cfg.grid.rows, cfg.grid.cols, dict(cfg.grid.cells), cfg.height, cfg.width, cfg.resize)
+        ch, cw = lay.cell_size()
+        if ch % 2 or cw % 2:
+            raise ConfigError(f"grid cells of {ch}x{cw} must be even: choose prepare.height/width divisible by "
+                              f"{2 * cfg.grid.rows}x{2 * cfg.grid.cols}")
+        return lay
+    if cfg.layout == "separate":
+        return SeparateLayout(roles, cfg.height, cfg.width, cfg.resize)
+    if len(roles) != 1:
+        raise ConfigError(f"prepare.layout = 'single' needs exactly one camera in prepare.cameras, got {roles}")
+    return SingleLayout(roles[0], cfg.height, cfg.width, cfg.resize)
+
+
+def frames_needed(num_frames: int, stride: int) -> int:
+    """Source frames a window of `num_frames` at `stride` spans: (F-1)*s+1."""
+    return (num_frames - 1) * stride + 1
+
+
+def window_starts(length: int, cfg: PrepareConfig) -> list[int]:
+    """First source frame of each clip of an episode (episode policy: one clip from frame 0)."""
+    need = frames_needed(cfg.num_frames, cfg.stride)
+    if length < need:
+        return []
+    if cfg.clip_policy == "episode":
+        return [0]
+    step = (cfg.num_frames - cfg.overlap) * cfg.stride
+    return list(range(0, length - need + 1, step))
+
+
+@dataclass
+class EpisodeJob:
+    """Everything a worker needs for one episode (picklable; no dataset object)."""
+
+    episode_index: int
+    length: int
+    task: str
+    prompt: str
+    spans: dict[str, VideoSpan]  # role -> span
+    starts: list[int]
+    fps: float | None  # the dataset's fps, for the fps check
+
+
+@dataclass
+class Plan:
+    jobs: list[EpisodeJob] = field(default_factory=list)
+    dropped: dict[int, str] = field(default_factory=dict)  # episode -> reason
+    lengths: list[int] = field(default_factory=list)
+
+
+def plan_episodes(ds: LeRobotDataset, cfg: PrepareConfig, template: str) -> Plan:
+    """Metadata-level checks (no decoding): which episodes to process, which to drop and why."""
+    plan = Plan()
+    eps = ds.episodes[: cfg.max_episodes] if cfg.max_episodes else ds.episodes
+    fallback = clean_task(cfg.fallback_task) or "performs a task."
+    for ep in eps:
+        plan.lengths.append(max(0, ep.length))
+        reason, task = _episode_reason(ep, cfg)
+        if reason is None and task is None:
+            if cfg.missing_task == "skip":
+                reason = "missing_task"
+            task = fallback
+        if reason:
+            plan.dropped[ep.index] = reason
+            continue
+        spans = {role: ep.spans[key] for role, key in cfg.cameras.items()}
+        plan.jobs.append(EpisodeJob(ep.index, ep.length, task, template.replace("{task}", task), spans,
+                                    window_starts(ep.length, cfg), ds.fps))
+    return plan
+
+
+def _episode_reason(ep: Episode, cfg: PrepareConfig) -> tuple[str | None, str | None]:
+    if ep.length < 0:
+        return "corrupt_video", None
+    if ep.length == 0:
+        return "empty_episode", None
+    if cfg.only_successful and ep.success is False:
+        return "unsuccessful", None
+    if any(key not in ep.spans for key in cfg.cameras.values()):
+        return "missing_camera", None
+    if not window_starts(ep.length, cfg):
+        return "too_short", None
+    return None, clean_task(ep.task)
+
+
+def assign_splits(episodes: list[int], val_fraction: float, seed: int) -> dict[int, str]:
+    """Hold out ceil(val_fraction * n) episodes (at least 1 when asked, never all), by a seeded hash.
+
+    Each episode's rank depends only on (seed, episode index), so the held-out set is stable when
+    episodes are added or the run is resumed.
+    """
+    n = len(episodes)
+    k = 0
+    if val_fraction > 0 and n > 1:
+        k = min(n - 1, max(1, math.ceil(val_fraction * n - 1e-9)))
+    ranked = sorted(episodes, key=lambda e: hashlib.sha1(f"{seed}:{e}".encode()).hexdigest())
+    val = set(ranked[:k])
+    return {e: ("val" if e in val else "train") for e in episodes}
+
+
+# -------------------------------------------------------------------------------------- worker
+@dataclass
+class WorkerSettings:
+    out: str
+    layout: dict
+    num_frames: int
+    stride: int
+    fps: float | None
+    codec: str
+    crf: int
+    preset: str
+    threads: int
+    source: str
+    cameras: dict[str, str]
+    on_clip: ClipHook | None = None
+
+
+def clip_id(episode: int, start: int) -> str:
+    return f"ep{episode:06d}_f{start:06d}"
+
+
+def process_episode(job: EpisodeJob, ws: WorkerSettings) -> dict:
+    """Check, decode and pack one episode's clips. Returns {"episode_index", "rows"} or a drop reason."""
+    import cv2
+
+    cv2.setNumThreads(1)
+    base = {"episode_index": job.episode_index, "rows": [], "dropped": None, "detail": None}
+    reason, detail, fps = _check_cameras(job)
+    if reason:
+        return {**base, "dropped": reason, "detail": detail}
+    idx = sorted({s + k * ws.stride for s in job.starts for k in range(ws.num_frames)})
+    frames: dict[str, dict[int, np.ndarray]] = {}
+    for role, span in job.spans.items():
+        try:
+            arr = read_frames(span.path, idx, span.start_time, span.end_time)
+        except DatasetError as e:
+            return {**base, "dropped": "truncated_video" if "truncated" in str(e) else "corrupt_video", "detail": str(e)}
+        frames[role] = dict(zip(idx, arr))
+    layout = layout_from_dict(ws.layout)
+    out_fps = ws.fps or fps / ws.stride
+    out = Path(ws.out)
+    rows = []
+    for s in job.starts:
+        cid = clip_id(job.episode_index, s)
+        sel = [s + k * ws.stride for k in range(ws.num_frames)]
+        views = {role: np.stack([frames[role][i] for i in sel]) for role in job.spans}
+        packed = layout.pack(views)
+        video, view_paths = None, None
+        if isinstance(packed, dict):
+            view_paths = {}
+            for role, fr in packed.items():
+                rel = f"clips/{cid}/{role}.mp4"
+                _write(out / rel, fr, out_fps, ws)
+                view_paths[role] = rel
+        else:
+            video = f"clips/{cid}.mp4"
+            _write(out / video, packed, out_fps, ws)
+        if ws.on_clip is not None:
+            ws.on_clip(cid)
+        h, w = layout.cell_size() if isinstance(layout, (SeparateLayout, SingleLayout)) else (layout.height, layout.width)
+        rows.append({
+            "clip_id": cid, "video": video, "views": json.dumps(view_paths) if view_paths else None,
+            "source": ws.source, "episode_index": job.episode_index, "start_frame": s,
+            "end_frame": s + frames_needed(ws.num_frames, ws.stride), "stride": ws.stride,
+            "num_frames": ws.num_frames, "fps": float(out_fps), "height": int(h), "width": int(w),
+            "task": job.task, "prompt": job.prompt, "cameras": list(job.spans),
+        })
+    return {**base, "rows": rows}
+
+
+def _write(path: Path, frames: np.ndarray, fps: float, ws: WorkerSettings) -> None:
+    with VideoWriter(path, fps, codec=ws.codec, crf=ws.crf, preset=ws.preset, threads=ws.threads) as w:
+        for f in frames:
+            w.write(f)
+
+
+def _check_cameras(job: EpisodeJob) -> tuple[str | None, str | None, float]:
+    """Header-level checks of every camera of an episode: readable, same fps, same frame count."""
+    counts, rates = {}, {}
+    for role, span in job.spans.items():
+        try:
+            info = probe(span.path)
+        except DatasetError as e:
+            return "corrupt_video", str(e), 0.0
+        rates[role] = info.fps
+        if span.start_time is None:
+            counts[role] = info.num_frames
+        else:
+            end = span.end_time if span.end_time is not None else info.duration
+            if info.duration > 0:
+                end = min(end, info.duration)
+            counts[role] = int(round((end - span.start_time) * info.fps))
+    fps = next(iter(rates.values()))
+    if max(rates.values()) - min(rates.values()) > 1e-3 * fps or fps <= 0:
+        return "fps_mismatch", f"episode {job.episode_index}: camera fps {rates}", fps
+    if max(counts.values()) - min(counts.values()) > 1:
+        short = min(counts.values())
+        if short < job.length - 1:
+            return "truncated_video", f"episode {job.episode_index}: frames per camera {counts}, episode length {job.length}", fps
+        return "frame_count_mismatch", f"episode {job.episode_index}: frames per camera {counts}", fps
+    return None, None, fps
+
+
+# ---------------------------------------------------------------------------------------- run
+def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = False) -> dict:
+    """Prepare `cfg.source` into `cfg.out`; resumable. Returns the report dict.
+
+    `on_clip(clip_id)` is called after each clip file is written (tests use it to simulate a
+    kill; with workers > 1 it runs in the worker process and must be picklable).
+    """
+    cfg = getattr(cfg, "prepare", cfg)  # accept the whole WorldtuneConfig too
+    t0 = time.perf_counter()
+    template = prompt_template(cfg)
+    if cfg.clip_policy == "sliding" and not 0 <= cfg.overlap < cfg.num_frames:
+        raise ConfigError(f"prepare.overlap must be in [0, num_frames), got {cfg.overlap}")
+    if cfg.stride < 1:
+        raise ConfigError(f"prepare.stride must be >= 1, got {cfg.stride}")
+    layout = build_layout(cfg)
+    ds = LeRobotDataset(cfg.source)
+    missing = [f"{r}={k}" for r, k in cfg.cameras.items() if k not in ds.cameras]
+    if missing:
+        raise DatasetError(f"{ds.root}: no camera feature {', '.join(missing)}; the dataset has "
+                           f"{', '.join(ds.cameras) or 'none'} (set prepare.cameras)")
+    out = Path(cfg.out)
+    _start_output(out, cfg)
+    plan = plan_episodes(ds, cfg, template)
+    records = _load_records(out, {j.episode_index for j in plan.jobs})
+    todo = [j for j in plan.jobs if j.episode_index not in records]
+    ws = WorkerSettings(str(out), layout.to_dict(), cfg.num_frames, cfg.stride, cfg.fps, cfg.codec, cfg.crf,
+                        cfg.preset, 1 if cfg.workers > 1 else 0, str(ds.root), dict(cfg.cameras), on_clip)
+    for rec in _run_jobs(todo, ws, cfg.workers, quiet):
+        atomic_write_bytes(out / PROGRESS / f"episode_{rec['episode_index']:06d}.json", json.dumps(rec).encode())
+        records[rec["episode_index"]] = rec
+    report = _finish(out, cfg, ds, layout, plan, records, time.perf_counter() - t0, resumed=len(plan.jobs) - len(todo))
+    if not quiet:
+        print_summary(report)
+    return report
+
+
+def _start_output(out: Path, cfg: PrepareConfig) -> None:
+    """Create the folder, refuse a folder prepared with other clip settings, drop stale temp files."""
+    settings = {k: v for k, v in cfg.model_dump(mode="json").items() if k in _CLIP_SETTINGS}
+    settings["source"] = str(Path(cfg.source).resolve())
+    path = out / PROGRESS / "settings.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        if changed:
+            raise DatasetError(f"{out} holds clips prepared with other settings ({', '.join(changed)} changed): "
+                               "choose another prepare.out or delete the folder")
+    elif (out / "manifest.parquet").exists() and not (out / PROGRESS).is_dir():
+        raise DatasetError(f"{out} holds a prepared dataset without progress records: choose another prepare.out")
+    atomic_write_bytes(path, json.dumps(settings, indent=1, sort_keys=True).encode())
+    clips = out / "clips"
+    if clips.is_dir():
+        for tmp in list(clips.glob(".*.tmp-*")) + list(clips.glob("*/.*.tmp-*")):
+            tmp.unlink(missing_ok=True)
+
+
+def _load_records(out: Path, wanted: set[int]) -> dict[int, dict]:
+    """Done-records of earlier runs whose clip files all still exist."""
+    recs: dict[int, dict] = {}
+    for p in (out / PROGRESS).glob("episode_*.json"):
+        try:
+            rec = json.loads(p.read_text())
+        except (json.JSONDecodeError, OSError):
+            continue
+        if rec.get("episode_index") not in wanted:
+            continue
+        files = [r["video"] for r in rec["rows"] if r["video"]] + [
+            v for r in rec["rows"] if r["views"] for v in json.loads(r["views"]).values()]
+        if all((out / f).is_file() for f in files):
+            recs[rec["episode_index"]] = rec
+    return recs
+
+
+def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: bool):
+    """Process episodes in `workers` processes (1 = in this process) under a progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(TextColumn("prepare"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
+                        TimeRemainingColumn(), disable=quiet or not jobs, transient=False)
+    with progress:
+        task = progress.add_task("episodes", total=len(jobs))
+        if workers <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                yield _guard(process_episode, job, ws)
+                progress.advance(task)
+            return
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("fork")) as pool:
+            pending: set[Future] = {pool.submit(_guard, process_episode, j, ws) for j in jobs}
+            try:
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                    for fut in done:
+                        yield fut.result()
+                        progress.advance(task)
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+
+def _guard(fn, job: EpisodeJob, ws: WorkerSettings) -> dict:
+    """Unexpected decoder/encoder trouble in one episode is a counted drop; disk full is not."""
+    try:
+        return fn(job, ws)
+    except DiskFullError:
+        raise
+    except DatasetError as e:
+        return {"episode_index": job.episode_index, "rows": [], "dropped": "corrupt_video", "detail": str(e)}
+
+
+# ------------------------------------------------------------------------------------- outputs
+_SCHEMA = pa.schema([
+    ("clip_id", pa.string()), ("video", pa.string()), ("views", pa.string()), ("source", pa.string()),
+    ("episode_index", pa.int64()), ("start_frame", pa.int64()), ("end_frame", pa.int64()),
+    ("stride", pa.int64()), ("num_frames", pa.int64()), ("fps", pa.float64()), ("height", pa.int64()),
+    ("width", pa.int64()), ("task", pa.string()), ("prompt", pa.string()), ("cameras", pa.list_(pa.string())),
+    ("split", pa.string()),
+])
+
+
+def _finish(out: Path, cfg: PrepareConfig, ds: LeRobotDataset, layout: Layout, plan: Plan,
+            records: dict[int, dict], seconds: float, resumed: int) -> dict:
+    dropped = dict(plan.dropped)
+    rows: list[dict] = []
+    for e in sorted(records):
+        rec = records[e]
+        if rec["dropped"]:
+            dropped[e] = rec["dropped"]
+        else:
+            rows.extend(rec["rows"])
+    kept = sorted({r["episode_index"] for r in rows})
+    splits = assign_splits(kept, cfg.val_fraction, cfg.seed)
+    for r in rows:
+        r["split"] = splits[r["episode_index"]]
+    rows.sort(key=lambda r: r["clip_id"])
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=_SCHEMA), sink)
+    atomic_write_bytes(out / "manifest.parquet", sink.getvalue().to_pybytes())
+
+    report = _report(cfg, ds, plan, dropped, rows, kept, splits, seconds, resumed)
+    src_cams = ds.root / "meta" / "cameras.json"
+    if src_cams.is_file():
+        atomic_write_bytes(out / "cameras.json", src_cams.read_bytes())
+    fps = cfg.fps or (rows[0]["fps"] if rows else (ds.fps or 0) / cfg.stride)
+    info = {
+        "format": FORMAT, "version": VERSION, "layout": layout.to_dict(),
+        "height": cfg.height, "width": cfg.width, "num_frames": cfg.num_frames, "fps": fps, "stride": cfg.stride,
+        "cameras": dict(cfg.cameras),
+        "source": {"path": str(ds.root.resolve()), "format": "lerobot" if ds.version != "plain" else "plain",
+                   "version": ds.version, "fps": ds.fps},
+        "source_sizes": {r: [ds.cameras[k].height, ds.cameras[k].width] for r, k in cfg.cameras.items()},
+        "clip_policy": cfg.clip_policy, "overlap": cfg.overlap, "resize": cfg.resize,
+        "prompt_template": prompt_template(cfg), "codec": cfg.codec, "crf": cfg.crf, "preset": cfg.preset,
+        "has_cameras_json": src_cams.is_file(), "counts": report["counts"],
+    }
+    atomic_write_bytes(out / "info.json", (json.dumps(info, indent=2) + "\n").encode())
+    atomic_write_bytes(out / "report.json", (json.dumps(report, indent=2) + "\n").encode())
+    atomic_write_bytes(out / "report.md", _report_md(report).encode())
+    _histogram_png(out / "length_histogram.png", plan.lengths, frames_needed(cfg.num_frames, cfg.stride))
+    return report
+
+
+def _report(cfg: PrepareConfig, ds: LeRobotDataset, plan: Plan, dropped: dict[int, str], rows: list[dict],
+            kept: list[int], splits: dict[int, str], seconds: float, resumed: int) -> dict:
+    lengths = plan.lengths
+    by_reason = {r: 0 for r in DROP_REASONS}
+    for reason in dropped.values():
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+    counts = {
+        "episodes_read": len(lengths), "episodes_kept": len(kept),
+        "train_episodes": sum(1 for e in kept if splits[e] == "train"),
+        "val_episodes": sum(1 for e in kept if splits[e] == "val"),
+        "clips": len(rows), "train_clips": sum(r["split"] == "train" for r in rows),
+        "val_clips": sum(r["split"] == "val" for r in rows),
+        "frames": len(rows) * cfg.num_frames,
+        "dropped": {k: v for k, v in by_reason.items() if v}, "dropped_total": len(dropped),
+    }
+    edges = _hist_edges(lengths)
+    hist = np.histogram(lengths, bins=edges)[0].tolist() if lengths else []
+    details = {}
+    for rec_e, reason in sorted(dropped.items()):
+        details.setdefault(reason, []).append(rec_e)
+    return {
+        "source": str(ds.root), "source_version": ds.version, "out": cfg.out, "seconds": round(seconds, 3),
+        "episodes_resumed": resumed, "counts": counts,
+        "frames_needed": frames_needed(cfg.num_frames, cfg.stride), "num_frames": cfg.num_frames, "stride": cfg.stride,
+        "lengths": {"min": min(lengths, default=0), "median": statistics.median(lengths) if lengths else 0,
+                    "mean": round(statistics.fmean(lengths), 2) if lengths else 0, "max": max(lengths, default=0)},
+        "length_histogram": {"edges": [float(x) for x in edges], "counts": hist},
+        "episodes_kept_by_stride": {str(s): sum(1 for n in lengths if n >= frames_needed(cfg.num_frames, s))
+                                    for s in range(1, 7)},
+        "dropped_episodes": {k: v[:50] for k, v in details.items()},
+    }
+
+
+def _hist_edges(lengths: list[int]) -> list[float]:
+    if not lengths:
+        return [0.0, 1.0]
+    lo, hi = min(lengths), max(lengths)
+    return np.linspace(lo, hi + 1, min(20, max(2, hi - lo + 2))).tolist()
+
+
+def _report_md(r: dict) -> str:
+    c = r["counts"]
+    lines = [
+        "# worldtune prepare report", "",
+        f"Source: `{r['source']}` (LeRobot {r['source_version']}), clips of {r['num_frames']} frames at stride "
+        f"{r['stride']} (needs {r['frames_needed']} source frames).", "",
+        "| | count |", "|---|---|",
+        f"| episodes read | {c['episodes_read']} |", f"| episodes kept | {c['episodes_kept']} |",
+        f"| clips (train / val) | {c['clips']} ({c['train_clips']} / {c['val_clips']}) |",
+    ]
+    lines += [f"| dropped: {k} | {v} |" for k, v in c["dropped"].items()]
+    L = r["lengths"]
+    lines += ["", f"Episode length: min {L['min']}, median {L['median']}, mean {L['mean']}, max {L['max']} frames.", "",
+              "| stride | frames needed | episodes long enough |", "|---|---|---|"]
+    for s, n in r["episodes_kept_by_stride"].items():
+        lines.append(f"| {s} | {(r['num_frames'] - 1) * int(s) + 1} | {n} |")
+    lines += ["", "![episode lengths](length_histogram.png)", ""]
+    return "\n".join(lines)
+
+
+def _histogram_png(path: Path, lengths: list[int], need: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    if lengths:
+        ax.hist(lengths, bins=_hist_edges(lengths), color="#4c72b0")
+    ax.axvline(need, color="#c44e52", linestyle="--", label=f"needed: {need}")
+    ax.set_xlabel("episode length (frames)")
+    ax.set_ylabel("episodes")
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def print_summary(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = report["counts"]
+    t = Table(title=f"worldtune prepare -> {report['out']}")
+    t.add_column("")
+    t.add_column("count", justify="right")
+    t.add_row("episodes read", str(c["episodes_read"]))
+    t.add_row("episodes kept (train / val)", f"{c['episodes_kept']} ({c['train_episodes']} / {c['val_episodes']})")
+    t.add_row("clips (train / val)", f"{c['clips']} ({c['train_clips']} / {c['val_clips']})")
+    for k, v in c["dropped"].items():
+        t.add_row(f"dropped: {k}", str(v))
+    if report["episodes_resumed"]:
+        t.add_row("episodes done by an earlier run", str(report["episodes_resumed"]))
+    t.add_row("seconds", f"{report['seconds']:.1f}")
+    Console().print(t)

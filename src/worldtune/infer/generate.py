@@ -1,0 +1,440 @@
+"""`worldtune generate`: videos from (first frame, prompt) pairs, for a base model and its adapters.
+
+Reads top to bottom as the run goes:
+
+1. list the inputs (folder / JSONL / prepared dataset) and take this process's shard;
+2. load the base model once; check every adapter against it (before anything is generated);
+3. plan (model x input x seed), drop what a previous run already finished (resume);
+4. encode each unique prompt once, park the text encoder on the CPU;
+5. for each model variant: switch adapter, generate every pending video, write mp4 (+ camera
+   views, + ground truth) atomically, append its row;
+6. merge the per-process rows into generations.jsonl and print a summary.
+
+The initial noise of a seed is drawn on the CPU with its own torch.Generator and moved to the
+device, so a seed gives the same noise on any machine and for every model variant: differences
+between variants are the model's, not the noise's. The on-disk format is in infer/records.py
+and docs/generate.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from worldtune.config import GenerateConfig, WorldtuneConfig
+from worldtune.errors import DatasetError, GenerationError
+from worldtune.infer import records
+from worldtune.infer.adapters import AdapterFile, activate, check_adapter, load_adapters
+from worldtune.infer.inputs import GenerationInput, InputSet, load_condition, read_inputs
+from worldtune.infer.prompts import PromptEmbeddings
+from worldtune.infer.sharding import process_index, shard
+from worldtune.infer.views import layout_roles, split_views
+
+BASE_LABEL = "base"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every sampling setting of a run, resolved from the config, the inputs and the model spec."""
+
+    mode: str
+    height: int
+    width: int
+    num_frames: int
+    fps: float
+    steps: int
+    guidance: float
+    negative_prompt: str
+    cond_latent_frames: int
+    cond_timestep: float
+    resize: str
+    max_sequence_length: int
+    sampler: str  # "batched" (worldtune's sampler, one batch-2 DiT call per step) or "pipeline"
+    dtype: str
+    device: str
+    compile: bool
+
+    @property
+    def cond_pixel_frames(self) -> int:
+        return 4 * (self.cond_latent_frames - 1) + 1
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One model to generate with: the base (adapter None) or the base plus one adapter."""
+
+    label: str
+    adapter: AdapterFile | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    variant: Variant
+    item: GenerationInput
+    seed: int
+    params_hash: str
+
+
+# ------------------------------------------------------------------------------------ entry point
+def run(cfg: WorldtuneConfig) -> Path:
+    """Generate every (model, input, seed) of the config that is not done yet; returns the out folder."""
+    g = cfg.generate
+    rank, world, local_rank = process_index()
+    device = _device(g.device, local_rank)
+    inputs = read_inputs(g.inputs, g.mode, g.split)
+    items = sorted(inputs.items, key=lambda i: i.name)[: g.max_inputs] if g.max_inputs else inputs.items
+    mine = shard(items, rank, world, key=lambda i: i.name)
+
+    pipe, spec = _load_model(cfg, device)
+    if spec.family == "predict2" and g.mode == "text2world":
+        raise GenerationError(f"{spec.name}: Cosmos-Predict2 Video2World has no text2world mode; use image2world")
+    adapters = _check_adapters(g, pipe.transformer)  # before anything is generated
+    variants = _variants(g, adapters)
+    settings = _settings(g, spec, inputs, pipe, device)
+    base_fp = _fingerprint(pipe.transformer)
+    layout = g.layout if g.layout is not None else inputs.layout
+
+    out = Path(g.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records.write_info(out, layout, settings.fps)
+    records.start_rank(out, rank)
+    done = records.all_rows(out)
+    jobs, resumed = _plan(out, g, variants, mine, settings, base_fp, done, cfg)
+
+    _print_plan(inputs, mine, variants, jobs, resumed, rank, world, settings)
+    stats: dict[str, Counter] = {v.label: Counter() for v in variants}
+    for job in resumed:
+        stats[job.variant.label]["resumed"] += 1
+    if jobs:
+        embeds = PromptEmbeddings(pipe, settings.max_sequence_length)
+        embeds.encode_all([j.item.prompt for j in jobs] + ([settings.negative_prompt] if settings.guidance > 1 else []),
+                          device)
+        if adapters:
+            load_adapters(pipe.transformer, adapters)
+        _speed_up(pipe.transformer, g, settings)
+        _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views else None,
+                      base_fp, cfg, stats, bool(adapters))
+    if records.finish_rank(out, rank, world):
+        print(f"merged rows into {out / records.MERGED}")
+    _print_summary(stats, inputs.skipped, out)
+    return out
+
+
+# ----------------------------------------------------------------------------------- model set-up
+def _device(name: str, local_rank: int) -> torch.device:
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device(name)
+
+
+def _load_model(cfg: WorldtuneConfig, device: torch.device):
+    """The base pipeline (bf16 on CUDA, fp32 on CPU), with a full fine-tuned transformer swapped in if given."""
+    from worldtune.models.load import load_pipeline
+
+    dtype = cfg.model.dtype if device.type == "cuda" else "fp32"
+    pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype=dtype, device="cpu", seed=cfg.model.seed,
+                               vae_dtype=dtype)
+    if cfg.generate.transformer:
+        pipe.register_modules(transformer=_load_finetuned(cfg.generate.transformer, pipe.transformer, dtype))
+    pipe.transformer.to(device)
+    pipe.vae.to(device)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, spec
+
+
+def _load_finetuned(path: str, base: torch.nn.Module, dtype: str) -> torch.nn.Module:
+    """A full fine-tuned transformer folder, checked to be the same architecture as the base model's."""
+    from diffusers import CosmosTransformer3DModel
+
+    from worldtune.models.load import DTYPES
+
+    root = Path(path)
+    sub = "transformer" if (root / "transformer" / "config.json").is_file() else None
+    if not (root / (sub or "") / "config.json").is_file():
+        raise GenerationError(f"generate.transformer={root}: no config.json (a transformer folder from `worldtune export --fuse`)")
+    try:
+        model = CosmosTransformer3DModel.from_pretrained(root, subfolder=sub, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise GenerationError(f"generate.transformer={root}: cannot load ({str(e).splitlines()[0]})") from None
+    keys = ("num_layers", "num_attention_heads", "attention_head_dim", "in_channels", "text_embed_dim")
+    diff = [k for k in keys if model.config.get(k) != base.config.get(k)]
+    if diff:
+        raise GenerationError(f"generate.transformer={root}: {diff[0]}={model.config.get(diff[0])} but the base model "
+                              f"has {base.config.get(diff[0])}; use a transformer fine-tuned from model.name/path")
+    return model.to(dtype=DTYPES[dtype])
+
+
+def _fingerprint(transformer: torch.nn.Module) -> str:
+    from worldtune.models.load import fingerprint
+
+    return fingerprint(transformer)
+
+
+def _check_adapters(g: GenerateConfig, transformer: torch.nn.Module) -> list[AdapterFile]:
+    checked = [check_adapter(a.path, transformer, _label(a.name or Path(a.path).resolve().name), a.scale)
+               for a in g.adapters]
+    if g.fuse and len(checked) != 1:
+        raise GenerationError(f"generate.fuse=true merges one adapter into the base weights, got {len(checked)}; "
+                              f"compare several adapters with fuse=false")
+    if len({a.name for a in checked} | {BASE_LABEL}) != len(checked) + 1:
+        raise GenerationError(f"generate.adapters: names must be distinct and not '{BASE_LABEL}'; set `name`")
+    return checked
+
+
+def _label(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text).strip("._") or "adapter"
+
+
+def _variants(g: GenerateConfig, adapters: list[AdapterFile]) -> list[Variant]:
+    base = _label(Path(g.transformer).name) if g.transformer else BASE_LABEL
+    out = ([Variant(base)] if g.include_base else []) + [Variant(a.name, a) for a in adapters]
+    if not out:
+        raise GenerationError("nothing to generate: generate.include_base=false and no generate.adapters")
+    return out
+
+
+def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.device) -> Settings:
+    neg = g.negative_prompt
+    if neg is None:
+        import importlib
+
+        neg = importlib.import_module(type(pipe).__module__).DEFAULT_NEGATIVE_PROMPT
+    height, width = g.height or inputs.height or spec.height, g.width or inputs.width or spec.width
+    frames = g.num_frames or inputs.num_frames or spec.num_frames
+    if height % 16 or width % 16 or (frames - 1) % 4:
+        raise GenerationError(f"{inputs.source}: size {height}x{width}x{frames} frames does not fit the model "
+                              f"(height and width multiples of 16, frames 4k+1); set generate.height/width/num_frames")
+    batched = g.batch_guidance and spec.family == "predict2.5"
+    return Settings(mode=g.mode, height=height, width=width, num_frames=frames, fps=float(g.fps or spec.fps),
+                    steps=g.steps, guidance=g.guidance, negative_prompt=neg, cond_latent_frames=g.cond_latent_frames,
+                    cond_timestep=g.cond_timestep, resize=g.resize, max_sequence_length=g.max_sequence_length or spec.max_sequence_length,
+                    
+                    sampler="batched" if batched else "pipeline", dtype=str(pipe.transformer.dtype).split(".")[-1],
+                    device=str(device), compile=g.compile and device.type == "cuda")
+
+
+def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings) -> None:
+    from worldtune.infer.speed import compile_blocks, set_attention_backend
+
+    set_attention_backend(transformer, g.attention_backend)
+    if g.compile and not s.compile:
+        print("note: generate.compile needs CUDA; running eager")
+    if s.compile:
+        compile_blocks(transformer)
+
+
+# ------------------------------------------------------------------------------------------ plan
+def _params_hash(variant: Variant, item: GenerationInput, seed: int, s: Settings, base_fp: str,
+                 cfg: WorldtuneConfig) -> str:
+    """What determines an output's content; a row with another hash is regenerated (speed options excluded)."""
+    a = variant.adapter
+    key = {
+        "fingerprint": base_fp, "adapter": str(a.file) if a else None, "scale": a.scale if a else None,
+        "fuse": cfg.generate.fuse, "prompt": item.prompt, "image": str(item.image), "video": str(item.video),
+        "seed": seed, **{k: v for k, v in asdict(s).items() if k not in ("sampler", "compile", "device")},
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _plan(out: Path, g: GenerateConfig, variants: list[Variant], items: list[GenerationInput], s: Settings,
+          base_fp: str, done: dict, cfg: WorldtuneConfig) -> tuple[list[Job], list[Job]]:
+    """(pending, already complete) jobs, ordered variant -> input -> seed (one adapter switch per variant)."""
+    pending, complete = [], []
+    for v in variants:
+        for item in items:
+            for seed in item.seeds or tuple(g.seeds):
+                job = Job(v, item, seed, _params_hash(v, item, seed, s, base_fp, cfg))
+                ok = records.is_complete(out, done.get((v.label, item.name, seed)), job.params_hash)
+                (complete if ok else pending).append(job)
+    return pending, complete
+
+
+# ------------------------------------------------------------------------------------ generation
+def initial_noise(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """Unit Gaussian noise from a CPU generator: identical on every device and for every model variant."""
+    return torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
+
+
+def latent_shape(pipe, s: Settings) -> tuple[int, ...]:
+    c = pipe.transformer.config.in_channels - 1
+    t = (s.num_frames - 1) // pipe.vae_scale_factor_temporal + 1
+    return (1, c, t, s.height // pipe.vae_scale_factor_spatial, s.width // pipe.vae_scale_factor_spatial)
+
+
+@torch.no_grad()
+def generate_video(pipe, spec, s: Settings, frames: np.ndarray | None, prompt_embeds: torch.Tensor,
+                   negative_embeds: torch.Tensor | None, seed: int) -> np.ndarray:
+    """One video [T,H,W,3] float in [0,1] for conditioning frames, embeddings and a seed."""
+    noise = initial_noise(seed, latent_shape(pipe, s))
+    if s.sampler == "batched":
+        from worldtune.infer import sampler
+
+        cond = sampler.prepare(pipe, frames, noise, s.num_frames, s.height, s.width, s.cond_latent_frames,
+                               as_image=s.mode == "image2world")
+        latents = sampler.denoise(pipe, cond, prompt_embeds, negative_embeds, s.steps, s.guidance, s.cond_timestep)
+        return sampler.decode(pipe, latents, s.num_frames)
+    return _pipeline_call(pipe, spec, s, frames, prompt_embeds, negative_embeds, noise, seed)
+
+
+def _pipeline_call(pipe, spec, s: Settings, frames, prompt_embeds, negative_embeds, noise, seed) -> np.ndarray:
+    """The diffusers pipeline itself, with our noise and cached embeddings."""
+    from PIL import Image
+
+    kw: dict[str, Any] = dict(prompt_embeds=prompt_embeds, negative_prompt_embeds=negative_embeds, latents=noise,
+                              generator=torch.Generator("cpu").manual_seed(seed), height=s.height, width=s.width,
+                              num_frames=s.num_frames, num_inference_steps=s.steps, guidance_scale=s.guidance,
+                              output_type="np", max_sequence_length=s.max_sequence_length)
+    if frames is not None and s.mode == "image2world":
+        kw["image"] = Image.fromarray(frames[0])
+    elif frames is not None:
+        kw["video"] = [Image.fromarray(f) for f in frames]
+    if spec.family == "predict2":
+        kw["fps"] = int(round(s.fps))
+    else:
+        kw["conditional_frame_timestep"] = s.cond_timestep
+        if s.mode == "video2world":
+            kw["num_latent_conditional_frames"] = s.cond_latent_frames
+    return pipe(**kw).frames[0]
+
+
+def to_uint8(video: np.ndarray) -> np.ndarray:
+    return (np.clip(video, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+
+
+def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbeddings, out: Path, rank: int,
+                  layout: dict | None, base_fp: str, cfg: WorldtuneConfig, stats: dict[str, Counter],
+                  adapters_loaded: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    device = pipe.transformer.device
+    neg = embeds.get(s.negative_prompt, device) if s.guidance > 1 else None
+    bad: dict[str, str] = {}  # input name -> why it was skipped (counted once per model variant)
+    current: Variant | None = None
+    cached: tuple[str, np.ndarray | None] | None = None
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), transient=False) as bar:
+        task = bar.add_task("generating", total=len(jobs))
+        for job in jobs:
+            if job.variant != current:
+                _switch(pipe.transformer, job.variant, adapters_loaded, cfg.generate.fuse)
+                current = job.variant
+            bar.update(task, description=f"{job.variant.label}: {job.item.name} s{job.seed}")
+            if job.item.name in bad:
+                stats[job.variant.label]["skipped"] += 1
+                bar.advance(task)
+                continue
+            try:
+                if cached is None or cached[0] != job.item.name:
+                    cached = (job.item.name, load_condition(job.item, s.mode, s.cond_pixel_frames, s.height,
+                                                            s.width, s.resize))
+            except (DatasetError, GenerationError) as e:
+                bad[job.item.name] = str(e)
+                bar.console.print(f"[yellow]skip[/] {job.item.name}: {e}")
+                stats[job.variant.label]["skipped"] += 1
+                bar.advance(task)
+                continue
+            t0 = time.perf_counter()
+            video = to_uint8(generate_video(pipe, spec, s, cached[1], embeds.get(job.item.prompt, device), neg, job.seed))
+            elapsed = time.perf_counter() - t0
+            row = _write_outputs(out, job, video, s, layout, base_fp, cfg, elapsed)
+            records.append_row(out, rank, row)
+            stats[job.variant.label]["generated"] += 1
+            stats[job.variant.label]["seconds"] += elapsed
+            bar.advance(task)
+
+
+def _switch(transformer: torch.nn.Module, variant: Variant, adapters_loaded: bool, fuse: bool) -> None:
+    activate(transformer, variant.adapter, adapters_loaded)
+    if fuse and variant.adapter is not None:
+        transformer.fuse_lora(adapter_names=[variant.adapter.name])
+
+
+# --------------------------------------------------------------------------------------- writing
+def _write_outputs(out: Path, job: Job, video: np.ndarray, s: Settings, layout: dict | None, base_fp: str,
+                   cfg: WorldtuneConfig, elapsed: float) -> dict[str, Any]:
+    """Write the video (+ views, + ground truth) and return its row; every file is written atomically."""
+    from worldtune.data.video import write_video
+
+    stem = f"{job.item.name}_s{job.seed}"
+    rel = Path(job.variant.label) / f"{stem}.mp4"
+    views = {}
+    for role, frames in split_views(video, layout).items():
+        views[role] = str(Path(job.variant.label) / stem / f"{role}.mp4")
+        write_video(out / views[role], frames, s.fps)
+    write_video(out / rel, video, s.fps)  # last: the main file existing means the views do too
+    gt, gt_views = _ground_truth(out, job.item, layout)
+    a = job.variant.adapter
+    return {
+        "model": job.variant.label, "name": job.item.name, "seed": job.seed, "prompt": job.item.prompt,
+        "instruction": job.item.instruction, "video": str(rel), "views": views, "ground_truth": gt,
+        "ground_truth_views": gt_views, "fps": s.fps, "num_frames": int(video.shape[0]), "height": s.height,
+        "width": s.width, "steps": s.steps, "guidance": s.guidance, "negative_prompt": s.negative_prompt,
+        "mode": s.mode, "cond_latent_frames": s.cond_latent_frames if s.mode == "video2world" else None,
+        "cond_timestep": s.cond_timestep, "resize": s.resize,
+        "input_image": str(job.item.image) if job.item.image else None,
+        "input_video": str(job.item.video) if job.item.video else None,
+        "adapter": str(a.path) if a else None, "adapter_scale": a.scale if a else None,
+        "fused": bool(cfg.generate.fuse and a), "transformer": cfg.generate.transformer,
+        "base_model": cfg.model.path or cfg.model.name, "base_fingerprint": base_fp,
+        "sampler": s.sampler, "compile": s.compile, "dtype": s.dtype, "device": s.device,
+        "elapsed_s": round(elapsed, 3), "params_hash": job.params_hash,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _ground_truth(out: Path, item: GenerationInput, layout: dict | None) -> tuple[str | None, dict[str, str]]:
+    """Copy the real clip (and write its camera views) under ground_truth/ once; returns relative paths."""
+    if item.ground_truth is None:
+        return None, {}
+    from worldtune.data.video import probe, read_frames, write_video
+
+    rel = Path("ground_truth") / f"{item.name}{item.ground_truth.suffix}"
+    views = {role: str(Path("ground_truth") / item.name / f"{role}.mp4") for role in layout_roles(layout)}
+    if not all((out / v).is_file() for v in views.values()):
+        fps = probe(item.ground_truth).fps
+        for role, tile in split_views(read_frames(item.ground_truth), layout).items():
+            write_video(out / views[role], tile, fps)
+    dest = out / rel
+    if not dest.is_file():
+        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(item.ground_truth, tmp)
+        os.replace(tmp, dest)
+    return str(rel), views
+
+
+# ---------------------------------------------------------------------------------------- printing
+def _print_plan(inputs: InputSet, mine, variants, jobs, resumed, rank: int, world: int, s: Settings) -> None:
+    from rich.console import Console
+
+    Console().print(
+        f"[bold]generate[/] {len(inputs.items)} inputs from {inputs.source} ({inputs.kind}); process {rank}/{world} "
+        f"has {len(mine)}; models: {', '.join(v.label for v in variants)}; {len(jobs)} videos to make, "
+        f"{len(resumed)} already done; {s.mode} {s.width}x{s.height}x{s.num_frames} @ {s.fps:g} fps, "
+        f"{s.steps} steps, guidance {s.guidance:g}, {s.sampler} sampler, {s.dtype} on {s.device}")
+
+
+def _print_summary(stats: dict[str, Counter], skipped_inputs: Counter, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"generations in {out}")
+    for col in ("model", "generated", "resumed", "skipped", "s/video"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for label, c in stats.items():
+        per = f"{c['seconds'] / c['generated']:.2f}" if c["generated"] else "-"
+        table.add_row(label, str(c["generated"]), str(c["resumed"]), str(c["skipped"]), per)
+    console = Console()
+    console.print(table)
+    for reason, n in skipped_inputs.items():
+        console.print(f"skipped {n} input(s): {reason}")

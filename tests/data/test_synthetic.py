@@ -1,0 +1,66 @@
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from worldtune.data.synthetic import SyntheticEpisode, camera_name
+
+
+def _fundamental(c1, c2) -> np.ndarray:
+    """F with x2^T F x1 = 0 from two calibrated cameras."""
+    R = c2.R @ c1.R.T
+    t = c2.t - R @ c1.t
+    tx = np.array([[0, -t[2], t[1]], [t[2], 0, -t[0]], [-t[1], t[0], 0]])
+    return np.linalg.inv(c2.K).T @ tx @ R @ np.linalg.inv(c1.K)
+
+
+def test_rendering_is_an_exact_pinhole_projection():
+    """Table pixels of one camera, lifted to the z=0 plane and projected into the other camera,
+    land on pixels of the same texture colour; and the true F explains those correspondences."""
+    ep = SyntheticEpisode(0, 30, seed=0, height=120, width=200)
+    c1, c2 = ep.camera("exterior_1", 0), ep.camera("exterior_2", 0)
+    im1, im2 = ep.render_view("exterior_1", 0), ep.render_view("exterior_2", 0)
+    v, u = np.mgrid[60:120:3, 0:200:3]
+    pix = np.stack([u.ravel(), v.ravel(), np.ones(u.size)], 1).astype(float)
+    d = pix @ np.linalg.inv(c1.K).T @ c1.R  # world ray directions
+    o = c1.center
+    s = -o[2] / d[:, 2]
+    X = o + s[:, None] * d
+    on_table = (np.abs(X[:, 0]) < 0.5) & (np.abs(X[:, 1]) < 0.4) & (s > 0)
+    far = np.array([min(np.linalg.norm(X[i, :2] - b[:2]) for b in list(ep.blocks.values()) + [ep.bowl])
+                    for i in range(len(X))]) > 0.12  # away from objects (no occlusion)
+    keep = on_table & far
+    assert keep.sum() > 100
+    x2 = c2.project(X[keep])
+    inside = (x2[:, 0] > 1) & (x2[:, 0] < 198) & (x2[:, 1] > 1) & (x2[:, 1] < 118)
+    a = im1[v.ravel()[keep][inside], u.ravel()[keep][inside]].astype(float)
+    r2 = np.rint(x2[inside]).astype(int)
+    b = im2[r2[:, 1], r2[:, 0]].astype(float)
+    shuffled = np.roll(b, 7, axis=0)
+    assert np.abs(a - b).mean() < 0.5 * np.abs(a - shuffled).mean()
+    F = _fundamental(c1, c2)
+    h1 = pix[keep][inside]
+    h2 = np.concatenate([x2[inside], np.ones((inside.sum(), 1))], 1)
+    assert np.abs(np.einsum("ij,jk,ik->i", h2, F, h1)).max() < 1e-6
+
+
+def test_wrist_camera_moves_and_exteriors_do_not():
+    ep = SyntheticEpisode(1, 30, seed=0, height=48, width=80)
+    a, b = ep.cameras(0), ep.cameras(20)
+    assert np.allclose(a["exterior_1_left"].R, b["exterior_1_left"].R)
+    assert not np.allclose(a["wrist_left"].t, b["wrist_left"].t)
+    assert camera_name("observation.images.wrist_left") == camera_name("wrist") == "wrist_left"
+    assert ep.render_view("wrist", 3).shape == (48, 80, 3)
+
+
+def test_v3_files_and_cameras_json(v3_root):
+    info = json.loads((v3_root / "meta/info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and info["fps"] == 15 and info["total_episodes"] == 5
+    eps = pq.read_table(v3_root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [e["dataset_to_index"] - e["dataset_from_index"] for e in eps] == [e["length"] for e in eps]
+    assert pq.read_table(v3_root / "data/chunk-000/file-000.parquet").num_rows == eps[0]["length"] + eps[1]["length"]
+    cams = json.loads((v3_root / "meta/cameras.json").read_text())["cameras"]
+    wrist = cams["observation.images.wrist_left"]
+    assert not wrist["static"] and len(wrist["episodes"]["2"]["R"]) == eps[2]["length"]
+    assert cams["observation.images.exterior_1_left"]["static"]
+    assert np.array(cams["observation.images.exterior_2_left"]["K"]).shape == (3, 3)
