@@ -274,6 +274,7 @@ class EvaluateConfig(Section):
     sampson_matcher: Literal["sift", "orb"] = "sift"
     sampson_max_features: int = 2000
     sampson_frame_step: int = 1  # evaluate every k-th frame (pair)
+    sampson_min_motion: float = 0.5  # temporal pairs whose matches move less (median, px) are static: skipped
     sampson_moving_views: list[str] = Field(default_factory=lambda: ["wrist"])  # substring of a role: F per frame
     max_videos: int | None = None  # evaluate only the first N rows of each folder (quick looks)
 

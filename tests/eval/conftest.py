@@ -3,70 +3,29 @@
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from eval_scene import exterior_cams, moving_cam, render, sine_warp  # noqa: E402
-
-from worldtune.eval.video import write_video  # noqa: E402
-
-LAYOUT = {"type": "grid", "rows": 2, "cols": 2,
-          "cells": {"exterior_1": [0, 0], "exterior_2": [0, 1], "wrist": [1, 0]}}
-H, W = 180, 320
-
-
-def grid_frames(num_frames: int, wobble: float = 0.0, seed: int = 0) -> np.ndarray:
-    """2x2 grid video of the box scene; `wobble` px of per-frame non-rigid warp (a bad generator)."""
-    rng = np.random.default_rng(seed)
-    a, b = exterior_cams()
-    ext1, ext2 = render(a), render(b)
-    frames = []
-    for t in range(num_frames):
-        views = [ext1, ext2, render(moving_cam(t))]
-        if wobble:
-            views = [sine_warp(v, wobble, period=60, phase=float(rng.uniform(0, 6.28))) for v in views]
-        g = np.zeros((2 * H, 2 * W, 3), np.uint8)
-        g[:H, :W], g[:H, W:], g[H:, :W] = views
-        frames.append(g)
-    return np.stack(frames)
-
-
-def make_generation_folder(root: Path, frames: int = 5, broken: bool = False) -> Path:
-    """base (wobbly) and lora (clean) x 2 seeds for one input, plus ground truth; optional bad rows."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "info.json").write_text(json.dumps({"format": "worldtune.generations", "version": 1,
-                                                "layout": LAYOUT, "fps": 16}))
-    rows = []
-    gt = write_video(root / "ground_truth" / "ep0.mp4", grid_frames(frames), 16)
-    for model, wobble in (("base", 2.5), ("lora", 0.0)):
-        for seed in (0, 1):
-            rel = f"{model}/ep0_s{seed}.mp4"
-            write_video(root / rel, grid_frames(frames, wobble, seed), 16)
-            rows.append({"model": model, "name": "ep0", "seed": seed, "prompt": "A multi-view video shows that a robot picks.",
-                         "instruction": "picks up the red cube.", "video": rel, "views": {},
-                         "ground_truth": str(gt.relative_to(root)), "ground_truth_views": {},
-                         "fps": 16, "num_frames": frames, "height": 2 * H, "width": 2 * W, "steps": 4, "guidance": 7.0})
-    if broken:
-        (root / "base" / "bad_s0.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 definitely not a video")
-        write_video(root / "base" / "one_s0.mp4", grid_frames(1), 16)
-        for name in ("bad", "one"):
-            rows.append({**rows[0], "name": name, "video": f"base/{name}_s0.mp4", "ground_truth": None})
-    with open(root / "generations.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-        f.write('{"model": "base", "name": "torn')  # a line cut by a crash
-    return root
-
+from tests.eval.eval_scene import make_generation_folder
 
 @pytest.fixture(scope="session")
 def gen_folder(tmp_path_factory) -> Path:
     return make_generation_folder(tmp_path_factory.mktemp("gen") / "generations", broken=True)
+
+
+@pytest.fixture(scope="session")
+def evaluated(gen_folder, tmp_path_factory):
+    """`worldtune evaluate` on gen_folder, no judge endpoint: (out folder, results)."""
+    from worldtune.config import EvaluateConfig
+    from worldtune.eval.evaluate import run
+
+    out = tmp_path_factory.mktemp("eval")
+    cfg = EvaluateConfig(runs=[str(gen_folder)], out=str(out), workers=2,
+                         metrics=["sampson_temporal", "sampson_crossview", "judge_physics", "judge_instruction"])
+    return out, run(cfg)
 
 
 # ------------------------------------------------------------------------- chat-completions server

@@ -4,11 +4,14 @@ The scene is the inside corner of a textured box (floor, back wall, left wall). 
 those three planes never occlude each other, so each can be drawn independently with the exact
 homography a plane induces in a pinhole camera: every rendered pixel is a true projection, and
 the cameras' F is known exactly. Not a copy of any library's renderer: ~60 lines of geometry.
+Also: tiny 2x2 grid videos and generation folders (the format of worldtune.infer.records) for tests.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -96,3 +99,54 @@ def sine_warp(img: np.ndarray, amplitude: float, period: float = 37.0, phase: fl
     mx = xx + amplitude * np.sin(2 * np.pi * yy / period + phase)
     my = yy + amplitude * np.cos(2 * np.pi * xx / (period * 1.3) + phase)
     return cv2.remap(img, mx.astype(np.float32), my.astype(np.float32), cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
+
+
+# ------------------------------------------------------------------ tiny generation folders
+LAYOUT = {"type": "grid", "rows": 2, "cols": 2,
+          "cells": {"exterior_1": [0, 0], "exterior_2": [0, 1], "wrist": [1, 0]}}
+H, W = 180, 320
+
+
+def grid_frames(num_frames: int, wobble: float = 0.0, seed: int = 0) -> np.ndarray:
+    """2x2 grid video of the box scene; `wobble` px of per-frame non-rigid warp (a bad generator)."""
+    rng = np.random.default_rng(seed)
+    a, b = exterior_cams()
+    ext1, ext2 = render(a), render(b)
+    frames = []
+    for t in range(num_frames):
+        views = [ext1, ext2, render(moving_cam(t))]
+        if wobble:
+            views = [sine_warp(v, wobble, period=60, phase=float(rng.uniform(0, 6.28))) for v in views]
+        g = np.zeros((2 * H, 2 * W, 3), np.uint8)
+        g[:H, :W], g[:H, W:], g[H:, :W] = views
+        frames.append(g)
+    return np.stack(frames)
+
+
+def make_generation_folder(root: Path, frames: int = 5, broken: bool = False) -> Path:
+    """base (wobbly) and lora (clean) x 2 seeds for one input, plus ground truth; optional bad rows."""
+    from worldtune.eval.video import write_video
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "info.json").write_text(json.dumps({"format": "worldtune.generations", "version": 1,
+                                                "layout": LAYOUT, "fps": 16}))
+    rows = []
+    gt = write_video(root / "ground_truth" / "ep0.mp4", grid_frames(frames), 16)
+    for model, wobble in (("base", 2.5), ("lora", 0.0)):
+        for seed in (0, 1):
+            rel = f"{model}/ep0_s{seed}.mp4"
+            write_video(root / rel, grid_frames(frames, wobble, seed), 16)
+            rows.append({"model": model, "name": "ep0", "seed": seed, "prompt": "A multi-view video shows that a robot picks.",
+                         "instruction": "picks up the red cube.", "video": rel, "views": {},
+                         "ground_truth": str(gt.relative_to(root)), "ground_truth_views": {},
+                         "fps": 16, "num_frames": frames, "height": 2 * H, "width": 2 * W, "steps": 4, "guidance": 7.0})
+    if broken:
+        (root / "base" / "bad_s0.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 definitely not a video")
+        write_video(root / "base" / "one_s0.mp4", grid_frames(1), 16)
+        for name in ("bad", "one"):
+            rows.append({**rows[0], "name": name, "video": f"base/{name}_s0.mp4", "ground_truth": None})
+    with open(root / "generations.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        f.write('{"model": "base", "name": "torn')  # a line cut by a crash
+    return root

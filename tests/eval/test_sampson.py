@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from eval_scene import exterior_cams, moving_cam, render, sine_warp
 
+from tests.eval.eval_scene import LAYOUT, exterior_cams, grid_frames, moving_cam, render, sine_warp
 from worldtune.eval.sampson import (SampsonConfig, SampsonError, SeriesScore, VideoSource, across_videos, band,
                                     estimate_fundamental, fundamental_from_cameras, sampson_distance)
 from worldtune.eval.video import write_video
@@ -105,6 +105,9 @@ def test_min_inliers_guard_skips_and_counts():
     assert strict.pair(ia, ib) == {"skipped": "too_few_matches"}
     s = strict.temporal(np.stack([ia, ia, ia]))
     assert s.evaluated == 0 and s.n_skipped == 2
+    # a static camera: no baseline, F degenerate -> counted as such, not scored ~0 px
+    assert SampsonError().temporal(np.stack([ia, ia, ia])).skipped == {"static_camera": 2}
+    assert SampsonError(SampsonConfig(min_motion=0)).temporal(np.stack([ia, ia, ia])).evaluated == 2
 
 
 def test_aggregation_nan_aware_and_bands():
@@ -132,8 +135,6 @@ def test_sources_corrupt_and_one_frame_videos_are_skips(tmp_path):
 
 
 def test_grid_and_separate_view_sources_agree(tmp_path):
-    from conftest import LAYOUT, grid_frames
-
     g = grid_frames(3)
     grid = write_video(tmp_path / "grid.mp4", g, 16)
     views = {"exterior_1": g[:, :180, :320], "exterior_2": g[:, :180, 320:], "wrist": g[:, 180:, :320]}

@@ -387,7 +387,7 @@ def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: b
             return
         import multiprocessing as mp
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("fork")) as pool:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
             pending: set[Future] = {pool.submit(_guard, process_episode, j, ws) for j in jobs}
             try:
                 while pending:

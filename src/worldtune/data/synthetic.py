@@ -642,7 +642,7 @@ def _rendered(eps: list[SyntheticEpisode], workers: int) -> Iterator[tuple[Synth
         return
     import multiprocessing as mp
 
-    with mp.get_context("fork").Pool(min(workers, len(eps))) as pool:
+    with mp.get_context("spawn").Pool(min(workers, len(eps))) as pool:
         yield from zip(eps, pool.imap(_render_episode, eps))
 
 

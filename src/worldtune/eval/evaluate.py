@@ -144,7 +144,7 @@ def run_sampson(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str]) -> d
     from worldtune.eval.sampson import SampsonConfig, SampsonError, VideoSource
 
     scfg = SampsonConfig(matcher=cfg.sampson_matcher, max_features=cfg.sampson_max_features,
-                         min_inliers=cfg.min_inliers, frame_gap=cfg.frame_gap, frame_step=cfg.sampson_frame_step,
+                         min_inliers=cfg.min_inliers, min_motion=cfg.sampson_min_motion, frame_gap=cfg.frame_gap, frame_step=cfg.sampson_frame_step,
                          moving_views=tuple(cfg.sampson_moving_views),
                          temporal="sampson_temporal" in metrics, crossview="sampson_crossview" in metrics)
     sources = [VideoSource(key=e.key, video=str(e.video), layout=e.layout,

@@ -337,10 +337,10 @@ class Judge:
 
     def judge_many(self, items: Sequence[JudgeItem], progress: bool = True) -> list[JudgeResult]:
         """All rubrics for all videos, `concurrency` requests at a time, with a progress bar."""
-        from worldtune.eval.sampson import _progress_bar
+        from worldtune.eval.progress import progress_bar
 
         results: dict[int, list[JudgeResult]] = {}
-        with _progress_bar(len(items), "VLM judge", enabled=progress) as advance:
+        with progress_bar(len(items), "VLM judge", enabled=progress) as advance:
             with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
                 futures = {pool.submit(self.judge_video, it): i for i, it in enumerate(items)}
                 for fut in as_completed(futures):

@@ -17,8 +17,9 @@ video's median. Two flavours:
   so the matches of all frames are pooled into one fit (as NVIDIA does); when a view moves (the
   wrist camera) F changes every frame and is fitted per frame.
 
-Pairs with too few matches or inliers give no meaningful F (a static camera matching only its
-static background is the common case); they are skipped and counted per reason, never averaged.
+Pairs with too few matches or inliers give no meaningful F, and neither do two frames of a static
+camera (no baseline: F is degenerate and √d ≈ 0 whatever the content). Such pairs are skipped and
+counted per reason ("too_few_matches", "too_few_inliers", "static_camera", ...), never averaged.
 Bands: < 1 px excellent, 1-3 good, 3-5 fair, > 5 poor.
 """
 
@@ -36,6 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from worldtune.errors import EvaluationError, WorldtuneError
+from worldtune.eval.progress import progress_bar
 
 MIN_POINTS_FOR_F = 8  # the normalised 8-point algorithm inside every robust fitter needs this many
 
@@ -86,6 +88,7 @@ class SampsonConfig:
     confidence: float = 0.999
     max_iters: int = 2000
     min_inliers: int = 15  # fewer inliers -> the pair is skipped (and counted)
+    min_motion: float = 0.5  # temporal: median match displacement (px) below this = static camera, skipped
     frame_gap: int = 1  # temporal: frame t vs t + gap
     frame_step: int = 1  # evaluate every k-th frame (pair); 1 = all
     moving_views: tuple[str, ...] = ("wrist",)  # roles containing these move: cross-view F per frame
@@ -301,11 +304,18 @@ class SampsonError:
         self.backend = make_backend(self.cfg)
 
     # -- one pair of images
-    def pair_distances(self, f0: Features, f1: Features) -> tuple[np.ndarray | None, str | None]:
-        """√d over all matches of two frames with their own fitted F, or (None, skip reason)."""
+    def pair_distances(self, f0: Features, f1: Features, min_motion: float = 0.0) -> tuple[np.ndarray | None, str | None]:
+        """√d over all matches of two frames with their own fitted F, or (None, skip reason).
+
+        With `min_motion` > 0, a pair whose matches barely move (median displacement below it, in
+        px) is skipped as "static_camera": without a baseline F is degenerate and √d ≈ 0 says
+        nothing about the video.
+        """
         x0, x1 = self.backend.match(f0, f1)
         if len(x0) < max(MIN_POINTS_FOR_F, self.cfg.min_inliers):
             return None, "too_few_matches"
+        if min_motion > 0 and float(np.median(np.linalg.norm(x1 - x0, axis=1))) < min_motion:
+            return None, "static_camera"
         fit = estimate_fundamental(x0, x1, self.cfg)
         if fit is None:
             return None, "no_fundamental"
@@ -328,7 +338,7 @@ class SampsonError:
         out = SeriesScore(name)
         gap = self.cfg.frame_gap
         for t in range(0, len(feats) - gap, self.cfg.frame_step):
-            d, reason = self.pair_distances(feats[t], feats[t + gap])
+            d, reason = self.pair_distances(feats[t], feats[t + gap], min_motion=self.cfg.min_motion)
             out.skip(reason) if d is None else out.add(d)
         return out
 
@@ -363,7 +373,7 @@ class SampsonError:
         """Temporal score of every view and cross-view score of every pair of views."""
         lengths = {len(v) for v in views.values()}
         score = VideoScore(key, num_frames=min(lengths) if lengths else 0)
-        if score.num_frames < 2 and self.cfg.temporal and len(views) < 2:
+        if score.num_frames < 2:  # a one-frame "video" is a broken output, not a clip to score
             score.status = "skipped: fewer than 2 frames"
             return score
         feats = {role: self._features(frames) for role, frames in views.items()}
@@ -389,9 +399,13 @@ class SampsonError:
         return self.score_views(views, key=source.key)
 
     def score_many(self, sources: Sequence["VideoSource"], workers: int = 1, progress: bool = True) -> list[VideoScore]:
-        """Score many videos, in parallel processes when workers > 1, with a progress bar."""
+        """Score many videos, in parallel processes when workers > 1, with a progress bar.
+
+        Workers are spawned (not forked), so a script calling this needs the usual
+        `if __name__ == "__main__":` guard.
+        """
         results: dict[int, VideoScore] = {}
-        with _progress_bar(len(sources), "Sampson error", enabled=progress) as advance:
+        with progress_bar(len(sources), "Sampson error", enabled=progress) as advance:
             if workers <= 1 or len(sources) <= 1:
                 for i, src in enumerate(sources):
                     results[i] = self.score_source(src)
@@ -432,35 +446,14 @@ def _score_one(cfg: SampsonConfig, source: "VideoSource") -> VideoScore:
     return SampsonError(cfg).score_source(source)
 
 
-class _progress_bar:
-    """A rich progress bar as a context manager yielding an `advance()` callable."""
-
-    def __init__(self, total: int, description: str, enabled: bool = True) -> None:
-        self.total, self.description, self.enabled = total, description, enabled
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
-        self._p.__enter__()
-        task = self._p.add_task(self.description, total=self.total)
-        return lambda: self._p.advance(task)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self._p.__exit__(*exc)
-
-
 # ------------------------------------------------------------------------------------- sources
 @dataclass(frozen=True)
 class VideoSource:
     """Where a video's camera views come from: exactly one of the three forms.
 
     - `views`: {role: path} of separate per-camera files;
-    - `video` + `layout`: a grid video split by the layout (worldtune.data.layout);
+    - `video` + `layout`: a video split by the layout dict of the generations' info.json
+      (`worldtune.data.layout.layout_from_dict`: grid, separate or single);
     - `video` alone: a plain single-view video (temporal only), its view named "video".
     """
 

@@ -204,6 +204,6 @@ def _read_image(path: Path) -> np.ndarray:
 
     try:
         with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+            return np.array(im.convert("RGB"))
     except (OSError, UnidentifiedImageError) as e:
         raise DatasetError(f"image {path} cannot be read ({type(e).__name__}): the file is corrupt or not an image") from None

@@ -143,14 +143,15 @@ SPECS: dict[str, ModelSpec] = {
             name="tiny-predict2.5", family="predict2.5", pipeline_class="Cosmos2_5_PredictBasePipeline",
             text_encoder_kind="qwen2.5-vl", transformer=_TINY_25, vae=_TINY_VAE, text_encoder=_TINY_QWEN,
             scheduler_class="UniPCMultistepScheduler", scheduler=_UNIPC_FLOW,
-            height=64, width=112, num_frames=17, fps=16, max_sequence_length=64, tiny=True,
+            # 256: the byte-level tiny tokenizer spends ~90 tokens on the pipeline's system prompt
+            height=64, width=112, num_frames=17, fps=16, max_sequence_length=256, tiny=True,
             description="Tiny random Cosmos-Predict2.5 of the same classes, for tests and the demo",
         ),
         ModelSpec(
             name="tiny-predict2", family="predict2", pipeline_class="Cosmos2VideoToWorldPipeline",
             text_encoder_kind="t5", transformer=_TINY_P2, vae=_TINY_VAE, text_encoder=_TINY_T5,
             scheduler_class="FlowMatchEulerDiscreteScheduler", scheduler=_FLOW_EULER,
-            height=64, width=112, num_frames=17, fps=16, max_sequence_length=64, tiny=True,
+            height=64, width=112, num_frames=17, fps=16, max_sequence_length=128, tiny=True,
             description="Tiny random Cosmos-Predict2 of the same classes, for tests and the demo",
         ),
     ]

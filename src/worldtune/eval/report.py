@@ -1,0 +1,361 @@
+"""`worldtune report`: one HTML page (plus an assets folder) and a Markdown summary of an evaluation.
+
+What it shows: the models x metrics table (mean ± std, n; the real clips as a reference row),
+one bar plot per metric, the training loss curves of the runs given (`report.runs`: folders with
+`metrics.jsonl` lines holding at least `step` and `loss`, and `run.json`), and per input a row of
+videos side by side (base, each adapter, the real clip; same seed), each with its scores and the
+judge's explanation. When the judge was skipped, the page says so and why.
+
+The page works offline: no scripts or fonts from the network; plots are PNG files and videos are
+copied into `assets/`, referenced by relative paths, so the folder can be zipped and moved.
+Videos are copied as they are when browsers play them (H.264 mp4, VP9/AV1 WebM); anything else is
+re-encoded to VP9 WebM (`report.video_format = "webm"` forces that, for Chromium builds without
+proprietary codecs).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from worldtune.errors import EvaluationError
+
+PLAYABLE = {"h264": ".mp4", "vp9": ".webm", "av1": ".webm"}
+METRIC_TITLES = {"sampson_temporal": "Sampson error, temporal (px)", "sampson_crossview": "Sampson error, cross-view (px)",
+                 "judge_physics": "Judge: physical plausibility (1-5)", "judge_instruction": "Judge: instruction following (1-5)"}
+
+
+# ---------------------------------------------------------------------------------------- inputs
+def load_eval(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """results.json and videos.jsonl of an evaluation folder."""
+    root = Path(folder)
+    path = root / "results.json"
+    if not path.is_file():
+        raise EvaluationError(f"{path} not found: run `worldtune evaluate` first, or set report.eval to its out folder")
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise EvaluationError(f"{path}: not valid JSON ({e.msg}); rerun `worldtune evaluate`") from None
+    if results.get("format") != "worldtune.eval":
+        raise EvaluationError(f"{path}: not a worldtune evaluation (format {results.get('format')!r})")
+    rows = []
+    vpath = root / results.get("files", {}).get("videos", "videos.jsonl")
+    if vpath.is_file():
+        rows = [json.loads(line) for line in vpath.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return results, rows
+
+
+def load_run(folder: str | Path) -> dict[str, Any]:
+    """A training run's name and its (step, loss) points; `note` says what was missing."""
+    root = Path(folder)
+    run: dict[str, Any] = {"path": str(root), "name": root.name, "steps": [], "loss": [], "note": None}
+    info = root / "run.json"
+    if info.is_file():
+        try:
+            meta = json.loads(info.read_text(encoding="utf-8"))
+            run["name"] = str(meta.get("name") or root.name)
+            run["meta"] = {k: meta[k] for k in ("mode", "model", "steps", "lr") if k in meta}
+        except json.JSONDecodeError:
+            run["note"] = "run.json unreadable"
+    metrics = root / "metrics.jsonl"
+    if not metrics.is_file():
+        run["note"] = "no metrics.jsonl"
+        return run
+    for line in metrics.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+            step, loss = int(row["step"]), float(row["loss"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue  # validation lines, torn lines
+        if math.isfinite(loss):
+            run["steps"].append(step)
+            run["loss"].append(loss)
+    if not run["steps"]:
+        run["note"] = "metrics.jsonl has no step/loss lines"
+    return run
+
+
+# ----------------------------------------------------------------------------------------- plots
+def _fmt(stat: dict[str, Any] | None, digits: int = 2) -> str:
+    if not stat or stat.get("mean") is None:
+        return "—"
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f} (n={stat['n']})"
+
+
+def plot_metric(results: dict[str, Any], metric: str, path: Path) -> Path | None:
+    """Bar plot of one metric per model (error bars: std over videos)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, means, stds, colors = [], [], [], []
+    for label, s in results["models"].items():
+        st = s.get(metric) or {}
+        if st.get("mean") is None:
+            continue
+        labels.append(label)
+        means.append(st["mean"])
+        stds.append(st["std"] or 0.0)
+        colors.append("#999999" if s.get("reference") else "#3b75af" if label == "base" else "#e1812c")
+    if not labels:
+        return None
+    fig, ax = plt.subplots(figsize=(max(3.5, 1.1 * len(labels) + 1.5), 3.0), dpi=110)
+    ax.bar(labels, means, yerr=stds, color=colors, capsize=4)
+    ax.set_title(METRIC_TITLES.get(metric, metric), fontsize=10)
+    if metric in results.get("lower_is_better", []):
+        ax.set_ylabel("lower is better", fontsize=8)
+    else:
+        ax.set_ylabel("higher is better", fontsize=8)
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_losses(runs: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """Training loss of every run against step (raw, faint; and an EMA, bold)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in runs if r["steps"]]
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 3.2), dpi=110)
+    for i, r in enumerate(runs):
+        color = f"C{i % 10}"
+        ax.plot(r["steps"], r["loss"], color=color, alpha=0.25, linewidth=0.8)
+        ax.plot(r["steps"], _ema(r["loss"]), color=color, linewidth=1.8, label=r["name"])
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _ema(values: Sequence[float], decay: float = 0.9) -> list[float]:
+    out, acc = [], None
+    for v in values:
+        acc = v if acc is None else decay * acc + (1 - decay) * v
+        out.append(acc)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- videos
+def publish_video(src: str | Path, dst_stem: Path, fmt: str = "auto") -> Path | None:
+    """Copy (or re-encode to VP9 WebM) a video into the assets folder; None when it is unreadable."""
+    from worldtune.eval.video import VideoReadError, read_video, video_codec, write_video
+
+    src = Path(src)
+    codec = video_codec(src)
+    if codec is None:
+        return None
+    if fmt == "auto" and codec in PLAYABLE or fmt == "mp4" and codec == "h264":
+        dst = dst_stem.with_suffix(PLAYABLE[codec])
+        shutil.copyfile(src, dst)
+        return dst
+    try:
+        frames, fps = read_video(src)
+    except VideoReadError:
+        return None
+    if fmt == "mp4":
+        return write_video(dst_stem.with_suffix(".mp4"), frames, fps or 16.0, codec="libx264")
+    return write_video(dst_stem.with_suffix(".webm"), frames, fps or 16.0, codec="libvpx-vp9")
+
+
+def example_rows(rows: Sequence[dict[str, Any]], limit: int) -> list[tuple[str, Any, list[dict[str, Any]]]]:
+    """Per (input, seed): base first, then adapters, then the real clip; inputs in name order."""
+    gen = [r for r in rows if not r.get("reference")]
+    refs = {r["name"]: r for r in rows if r.get("reference")}
+    keys = sorted({(r["name"], r["seed"]) for r in gen}, key=lambda k: (k[0], k[1] if k[1] is not None else -1))
+    out = []
+    for name, seed in keys:
+        cells = sorted((r for r in gen if r["name"] == name and r["seed"] == seed),
+                       key=lambda r: (r["model"] != "base", r["model"]))
+        if name in refs:
+            cells.append(refs[name])
+        out.append((name, seed, cells))
+    seen: list[str] = []
+    picked = []
+    for name, seed, cells in out:  # the first seed of each input first, then more seeds if room is left
+        if name not in seen:
+            seen.append(name)
+            picked.append((name, seed, cells))
+    for item in out:
+        if item not in picked:
+            picked.append(item)
+    return picked[:limit]
+
+
+# ------------------------------------------------------------------------------------------ html
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1400px;
+padding:0 1em;color:#222}
+h1{margin-bottom:0}.sub{color:#666;margin-top:.2em}
+table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.35em .7em;text-align:right}
+th:first-child,td:first-child{text-align:left}tr.ref td{color:#666;font-style:italic}
+.note{background:#fff6d6;border:1px solid #e7c450;padding:.6em 1em;border-radius:4px;margin:1em 0}
+.plots img{max-width:460px;margin:.3em}
+.example{border-top:1px solid #ddd;padding:.8em 0}.cells{display:flex;flex-wrap:wrap;gap:1em}
+.cell{width:400px}.cell video{width:100%;background:#000}.cell h4{margin:.2em 0}
+.cell .m{font-size:.85em;color:#333}.cell pre{white-space:pre-wrap;font-size:.8em;background:#f6f6f6;padding:.4em;margin:.3em 0}
+.missing{width:100%;height:120px;background:#eee;color:#888;display:flex;align-items:center;justify-content:center}
+"""
+
+
+def _metrics_table_html(results: dict[str, Any]) -> str:
+    metrics = results["metrics"]
+    lower = set(results.get("lower_is_better", []))
+    head = "".join(f"<th>{html.escape(m)} {'↓' if m in lower else '↑'}</th>" for m in metrics)
+    body = []
+    for label, s in results["models"].items():
+        cells = "".join(f"<td>{_fmt(s.get(m))}</td>" for m in metrics)
+        name = html.escape(label) + (" (reference)" if s.get("reference") else "")
+        body.append(f"<tr class='{'ref' if s.get('reference') else ''}'><td>{name}</td><td>{s['videos']}</td>{cells}</tr>")
+    return f"<table><tr><th>model</th><th>videos</th>{head}</tr>{''.join(body)}</table>"
+
+
+def _judge_note(results: dict[str, Any]) -> str:
+    j = results.get("judge", {})
+    if j.get("status") == "skipped":
+        return f"<div class='note'><b>The VLM judge was skipped:</b> {html.escape(j.get('reason', ''))}. Judge columns are empty.</div>"
+    if j.get("status") == "ran":
+        parts = [f"{html.escape(m)}: {c['ok'] + c['cached']} scored, {c['parse_failed']} unparsable (excluded), "
+                 f"{c['error']} failed" for m, c in j.get("counts", {}).items()]
+        return (f"<p>Judge: <code>{html.escape(str(j.get('model')))}</code> at {html.escape(str(j.get('endpoint')))}, "
+                f"{j.get('fps')} fps, {html.escape(str(j.get('input')))} input. " + "; ".join(parts) + ".</p>")
+    return ""
+
+
+def _skips_html(results: dict[str, Any]) -> str:
+    items = []
+    for label, s in results.get("sampson", {}).items():
+        for kind in ("temporal", "crossview"):
+            k = s.get(kind)
+            if k and k.get("pairs_skipped"):
+                items.append(f"<li>{html.escape(label)}, {kind}: {k['pairs_skipped']} of {k['pairs'] + k['pairs_skipped']} "
+                             f"frame pairs skipped {html.escape(json.dumps(k['skip_reasons']))}</li>")
+        if s.get("videos_skipped"):
+            items.append(f"<li>{html.escape(label)}: {s['videos_skipped']} video(s) could not be scored</li>")
+    return f"<h3>Skipped</h3><ul>{''.join(items)}</ul>" if items else ""
+
+
+def _cell_html(row: dict[str, Any], video: str | None, metrics: Sequence[str]) -> str:
+    label = "real clip" if row.get("reference") else row["model"]
+    media = (f"<video controls muted loop playsinline preload='metadata' src='{html.escape(video)}'></video>"
+             if video else "<div class='missing'>video unavailable</div>")
+    vals = []
+    for m in metrics:
+        v = row.get(m)
+        if v is not None:
+            vals.append(f"{html.escape(m)}: <b>{v:.2f}</b>" if isinstance(v, float) else f"{html.escape(m)}: <b>{v}</b>")
+    if row.get("status", "ok") != "ok":
+        vals.append(html.escape(row["status"]))
+    notes = "".join(f"<pre><b>{html.escape(m)}</b>: {html.escape(row[f'{m}_explanation'])}</pre>"
+                    for m in metrics if row.get(f"{m}_explanation"))
+    return f"<div class='cell'><h4>{html.escape(label)}</h4>{media}<div class='m'>{' · '.join(vals)}</div>{notes}</div>"
+
+
+# ----------------------------------------------------------------------------------------- stage
+def run(cfg: Any) -> dict[str, Any]:
+    """Write <out>/report.html, <out>/report.md and <out>/assets/; return what was written."""
+    results, rows = load_eval(cfg.eval)
+    out = Path(cfg.out)
+    assets = out / "assets"
+    (assets / "videos").mkdir(parents=True, exist_ok=True)
+    metrics = results["metrics"]
+
+    plots = {m: plot_metric(results, m, assets / f"metric_{m}.png") for m in metrics}
+    runs = [load_run(r) for r in cfg.runs]
+    loss_png = plot_losses(runs, assets / "loss.png")
+
+    examples = example_rows(rows, cfg.max_examples)
+    published: dict[str, str | None] = {}
+    videos_html = []
+    from worldtune.eval.progress import progress_bar
+
+    with progress_bar(sum(len(c) for _, _, c in examples), "report videos") as advance:
+        for name, seed, cells in examples:
+            parts = []
+            for row in cells:
+                stem = f"{row['model']}__{name}" + (f"__s{seed}" if not row.get("reference") else "__real")
+                stem = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in stem)
+                if row["video"] not in published:
+                    dst = publish_video(row["video"], assets / "videos" / stem, cfg.video_format)
+                    published[row["video"]] = dst.relative_to(out).as_posix() if dst else None
+                parts.append(_cell_html(row, published[row["video"]], metrics))
+                advance()
+            instr = cells[0].get("instruction") or ""
+            videos_html.append(f"<div class='example'><h3>{html.escape(name)} · seed {seed}</h3>"
+                               f"<p>{html.escape(instr)}</p><div class='cells'>{''.join(parts)}</div></div>")
+
+    run_notes = "".join(f"<li>{html.escape(r['name'])}: {html.escape(r['note'])}</li>" for r in runs if r["note"])
+    loss_html = (f"<img src='assets/loss.png' alt='training loss'>" if loss_png else
+                 "<p>No training loss curves (no run folders with metrics.jsonl were given in report.runs).</p>")
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(cfg.title)}</title><style>{CSS}</style></head>
+<body>
+<h1>{html.escape(cfg.title)}</h1>
+<p class="sub">evaluation {html.escape(results.get('created', ''))} · {len(rows)} videos · report written {time.strftime('%Y-%m-%d %H:%M')}</p>
+{_judge_note(results)}
+<h2>Models × metrics</h2>
+<p>mean ± std over videos (n = videos with a value). Sampson error in pixels (lower is better; &lt;1 excellent,
+1–3 good, 3–5 fair, &gt;5 poor); a video's Sampson value is its median over frame pairs. Judge scores 1–5.</p>
+{_metrics_table_html(results)}
+{_skips_html(results)}
+<h2>Plots</h2>
+<div class="plots">{''.join(f"<img src='assets/{p.name}' alt='{html.escape(m)}'>" for m, p in plots.items() if p)}</div>
+<h2>Training</h2>
+{loss_html}
+{f'<ul>{run_notes}</ul>' if run_notes else ''}
+<h2>Examples</h2>
+<p>Same input and seed, side by side: base model, adapters, and the real clip.</p>
+{''.join(videos_html) or '<p>No videos.</p>'}
+</body></html>
+"""
+    (out / "report.html").write_text(page, encoding="utf-8")
+    (out / "report.md").write_text(markdown_summary(results, runs, plots, loss_png, cfg.title), encoding="utf-8")
+    written = {"html": str(out / "report.html"), "markdown": str(out / "report.md"),
+               "plots": [str(p) for p in plots.values() if p] + ([str(loss_png)] if loss_png else []),
+               "videos": sorted(v for v in published.values() if v), "examples": len(examples)}
+    from rich.console import Console
+
+    Console().print(f"report: {out / 'report.html'} ({len(examples)} examples, {len(written['videos'])} videos) "
+                    f"and {out / 'report.md'}")
+    return written
+
+
+def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], plots: dict[str, Path | None],
+                     loss_png: Path | None, title: str) -> str:
+    """The same table in Markdown, for a PR description or a README."""
+    metrics = results["metrics"]
+    lower = set(results.get("lower_is_better", []))
+    lines = [f"# {title}", ""]
+    j = results.get("judge", {})
+    if j.get("status") == "skipped":
+        lines += [f"> **The VLM judge was skipped:** {j.get('reason')}.", ""]
+    lines += ["| model | videos | " + " | ".join(f"{m} {'↓' if m in lower else '↑'}" for m in metrics) + " |",
+              "|---|---:|" + "---:|" * len(metrics)]
+    for label, s in results["models"].items():
+        name = label + (" (reference)" if s.get("reference") else "")
+        lines.append(f"| {name} | {s['videos']} | " + " | ".join(_fmt(s.get(m)) for m in metrics) + " |")
+    lines += ["", "mean ± std over videos; Sampson error in pixels (a video's value is its median over frame pairs).", ""]
+    for m, p in plots.items():
+        if p:
+            lines.append(f"![{m}](assets/{p.name})")
+    if loss_png:
+        lines += ["", "## Training", "", "![training loss](assets/loss.png)", ""]
+        for r in runs:
+            if r["steps"]:
+                lines.append(f"- {r['name']}: {len(r['steps'])} logged steps, last loss {r['loss'][-1]:.4f} at step {r['steps'][-1]}")
+    return "\n".join(lines) + "\n"

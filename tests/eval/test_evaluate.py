@@ -1,0 +1,85 @@
+"""`worldtune evaluate` end to end on a tiny generation folder."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from worldtune.config import EvaluateConfig
+from worldtune.errors import EvaluationError
+from worldtune.eval.evaluate import run
+
+
+def test_results_structure_and_reference_row(evaluated):
+    out, res = evaluated
+    assert res["format"] == "worldtune.eval" and res["version"] == 1
+    assert json.loads((out / "results.json").read_text())["models"].keys() == res["models"].keys()
+    assert list(res["models"]) == ["base", "lora", "real"]
+    assert res["models"]["real"]["reference"] and res["models"]["real"]["videos"] == 1
+    assert res["models"]["base"]["videos"] == 4 and res["models"]["lora"]["videos"] == 2
+    lora = res["models"]["lora"]["sampson_temporal"]
+    assert lora["n"] == 2 and lora["mean"] is not None and lora["std"] is not None
+    assert set(res["inputs"]["base"]) == {"ep0", "bad", "one"}
+    assert res["inputs"]["base"]["ep0"]["sampson_crossview"]["n"] == 2
+
+
+def test_metric_separates_wobbly_from_clean(evaluated):
+    _, res = evaluated
+    m = res["models"]
+    for metric in ("sampson_temporal", "sampson_crossview"):
+        assert m["lora"][metric]["mean"] < 1.0 and m["real"][metric]["mean"] < 1.0
+        assert m["base"][metric]["mean"] > m["lora"][metric]["mean"] + 0.5, metric
+
+
+def test_bad_videos_are_counted_skips(evaluated):
+    out, res = evaluated
+    rows = [json.loads(line) for line in (out / "videos.jsonl").read_text().splitlines()]
+    assert len(rows) == 7  # 4 good generated + bad + one-frame + 1 reference; the torn line is dropped
+    status = {r["name"]: r["status"] for r in rows if r["model"] == "base"}
+    assert status["bad"].startswith("skipped: unreadable") and status["one"] == "skipped: fewer than 2 frames"
+    assert res["sampson"]["base"]["videos_skipped"] == 2
+    assert res["models"]["base"]["sampson_temporal"]["missing"] == 2
+    with open(out / "videos.csv") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 7 and "sampson_temporal" in table[0]
+
+
+def test_judge_skipped_without_endpoint_says_so(evaluated):
+    _, res = evaluated
+    assert res["judge"]["status"] == "skipped" and "judge_endpoint" in res["judge"]["reason"]
+    assert res["models"]["base"]["judge_physics"]["n"] == 0
+
+
+def test_judge_with_endpoint(gen_folder, judge_server, tmp_path):
+    cfg = EvaluateConfig(runs=[str(gen_folder)], out=str(tmp_path), workers=1, judge_endpoint=judge_server.url,
+                         metrics=["judge_physics", "judge_instruction"], judge_fps=8, judge_concurrency=2)
+    res = run(cfg)
+    assert res["judge"]["status"] == "ran"
+    assert res["models"]["lora"]["judge_instruction"]["mean"] == 5.0
+    counts = res["judge"]["counts"]["judge_physics"]
+    # 7 videos: the corrupt one fails; identical clips (lora, real) may be answered from the cache
+    assert counts["ok"] + counts["cached"] == 6 and counts["error"] == 1
+    assert (tmp_path / "judge_cache.jsonl").is_file()
+    rows = [json.loads(line) for line in (tmp_path / "videos.jsonl").read_text().splitlines()]
+    assert any(r.get("judge_physics_explanation") for r in rows)
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    with pytest.raises(EvaluationError, match="info.json not found"):
+        run(EvaluateConfig(runs=[str(tmp_path)], out=str(tmp_path / "o")))
+    with pytest.raises(EvaluationError, match="unknown metric"):
+        run(EvaluateConfig(runs=[str(tmp_path)], out=str(tmp_path / "o"), metrics=["fvd"]))
+
+
+def test_cli_evaluate_and_report(gen_folder, tmp_path, capsys):
+    from worldtune.cli import main
+
+    code = main(["evaluate", "--evaluate.runs", json.dumps([str(gen_folder)]), "--evaluate.out", str(tmp_path / "e"),
+                 "--evaluate.metrics", '["sampson_crossview"]', "--evaluate.workers", "1", "--evaluate.max_videos", "2"])
+    assert code == 0 and (tmp_path / "e" / "results.json").is_file()
+    assert main(["report", "--report.eval", str(tmp_path / "e"), "--report.out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "report.html").is_file()
+    assert main(["report", "--report.eval", str(tmp_path / "nothing")]) == 1
+    assert "results.json not found" in capsys.readouterr().err

@@ -1,0 +1,96 @@
+"""`worldtune report`: HTML + Markdown, checked by loading the page in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from worldtune.config import ReportConfig
+from worldtune.errors import EvaluationError
+from worldtune.eval.report import run
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+# Injected into a copy of the page: loads every video fully, then writes what loaded into the DOM.
+CHECK_JS = """
+<script>
+(function(){
+  var vids = Array.from(document.querySelectorAll('video')), pending = vids.length;
+  function done(){
+    var imgs = Array.from(document.images).map(function(i){return i.complete && i.naturalWidth > 0;});
+    var v = vids.map(function(x){return {ready: x.readyState, error: x.error ? x.error.code : null, w: x.videoWidth};});
+    var pre = document.createElement('pre'); pre.id = 'load-check';
+    pre.textContent = JSON.stringify({images: imgs, videos: v});
+    document.body.appendChild(pre);
+  }
+  if (!pending) { window.addEventListener('load', done); return; }
+  vids.forEach(function(x){
+    var fin = function(){ if (--pending === 0) done(); };
+    x.addEventListener('loadeddata', fin, {once: true});
+    x.addEventListener('error', fin, {once: true});
+    x.preload = 'auto'; x.load();
+  });
+})();
+</script>
+"""
+
+
+@pytest.fixture(scope="module")
+def report(evaluated, tmp_path_factory):
+    eval_dir, _ = evaluated
+    root = tmp_path_factory.mktemp("report")
+    run_a = root / "runs" / "lora"
+    run_a.mkdir(parents=True)
+    (run_a / "run.json").write_text(json.dumps({"name": "lora", "mode": "lora"}))
+    (run_a / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / (1 + s), "lr": 1e-4}) + "\n"
+                                                 for s in range(1, 30)) + '{"step": 30, "val_loss": 0.2}\n{"step": 3')
+    run_b = root / "runs" / "empty"
+    run_b.mkdir()
+    cfg = ReportConfig(eval=str(eval_dir), out=str(root / "out"), runs=[str(run_a), str(run_b)], title="test report")
+    return root / "out", run(cfg)
+
+
+def test_report_files_and_content(report):
+    out, written = report
+    page = (out / "report.html").read_text()
+    md = (out / "report.md").read_text()
+    assert "The VLM judge was skipped" in page and "judge was skipped" in md
+    assert "| base | 4 |" in md and "| real (reference) | 1 |" in md
+    assert (out / "assets" / "loss.png").is_file() and (out / "assets" / "metric_sampson_temporal.png").is_file()
+    assert "empty: no metrics.jsonl" in page
+    # one example row per (input, seed): base, lora and the real clip side by side
+    assert written["examples"] == 4
+    # ep0 seeds 0 and 1: base, lora, real each; "bad" and "one": base only, and "bad" is unreadable
+    assert page.count("<video") == 3 + 3 + 1
+    srcs = re.findall(r"src='([^']+)'", page)
+    assert all(not s.startswith(("http", "/")) for s in srcs)  # relative: works offline and when moved
+    assert all((out / s).is_file() for s in srcs)
+    assert "video unavailable" in page  # the corrupt video
+
+
+def test_no_results_is_a_clear_error(tmp_path):
+    with pytest.raises(EvaluationError, match="results.json not found"):
+        run(ReportConfig(eval=str(tmp_path), out=str(tmp_path / "r")))
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium not installed")
+def test_page_images_and_videos_load_in_headless_chromium(report, tmp_path):
+    out, _ = report
+    check = out / "check.html"
+    check.write_text((out / "report.html").read_text().replace("</body>", CHECK_JS + "</body>"))
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000",
+           "--dump-dom", check.as_uri()]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'<pre id="load-check">(.*?)</pre>', dom, re.S)
+    assert m, dom[-2000:]
+    status = json.loads(m.group(1).replace("&quot;", '"'))
+    assert len(status["images"]) == 3 and all(status["images"])  # 2 metric plots + the loss curve
+    assert len(status["videos"]) >= 6
+    for v in status["videos"]:
+        assert v["error"] is None and v["ready"] >= 2 and v["w"] > 0, status
