@@ -163,6 +163,8 @@ class TrainConfig(Section):
     compile: bool = False  # regional torch.compile of each transformer block
     fused_adamw: bool = True  # on CUDA
     attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
+    fsdp: bool = False  # shard parameters, gradients and optimizer states (FSDP2) across processes
+    cpu_offload: bool = False  # FSDP2 CPU offload of parameters and optimizer states
     num_frames: int | None = None  # None = the dataset's
     # run control
     seed: int = 42
@@ -187,6 +189,11 @@ class TrainConfig(Section):
             raise ValueError("train.cond_frames_probs keys must be 0, 1 or 2 conditioning latent frames")
         if not 0 <= self.text_dropout < 1:
             raise ValueError(f"train.text_dropout must be in [0, 1), got {self.text_dropout}")
+        if self.fsdp and self.mode != "full":
+            raise ValueError("train.fsdp shards full fine-tuning; adapters (lora/dora) are small: train them with "
+                             "plain data parallelism (train.fsdp = false)")
+        if self.fsdp and self.ema:
+            raise ValueError("train.ema is not supported together with train.fsdp yet; use one of them")
         if self.steps <= 0 or self.batch_size <= 0 or self.grad_accum <= 0:
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be > 0")
         return self
@@ -226,6 +233,8 @@ class GenerateConfig(Section):
     fps: float | None = None  # fps of the written mp4s; None = the model's
     layout: dict[str, Any] | None = None  # camera layout (as in a dataset's info.json) for folder/JSONL inputs
     attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
+    fsdp: bool = False  # shard parameters, gradients and optimizer states (FSDP2) across processes
+    cpu_offload: bool = False  # FSDP2 CPU offload of parameters and optimizer states
     device: str = "auto"  # auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu
     cond_timestep: float = 1e-4  # timestep of the clean conditioning latent frames (2.5 family)
     max_sequence_length: int | None = None  # text tokens (padded/truncated); None = the model spec's

@@ -40,3 +40,7 @@ class NotBuiltError(WorldtuneError):
     """A stage that exists in the CLI but is not implemented yet."""
 
     exit_code = 2
+
+
+class LaunchError(WorldtuneError):
+    """A launcher (local torchrun or SLURM) cannot start, or its tools are missing."""

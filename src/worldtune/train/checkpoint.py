@@ -115,31 +115,42 @@ class CheckpointManager:
                 if p.name.startswith(".tmp-"):
                     shutil.rmtree(p, ignore_errors=True)
 
-    def save(self, step: int, trainable: dict[str, torch.Tensor], optimizer: dict[str, Any], state: dict[str, Any],
-             ema: dict[str, torch.Tensor] | None = None) -> Path:
-        from safetensors.torch import save_file
-
+    def begin(self, step: int) -> Path:
+        """A fresh temporary folder for the checkpoint of `step` (the same name on every rank)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        final = self.dir / f"{PREFIX}{step:08d}"
-        tmp = self.dir / f".tmp-{final.name}-{os.getpid()}"
+        tmp = self.dir / f".tmp-{PREFIX}{step:08d}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        save_file({k: v.detach().float().contiguous().cpu() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
-        self._hook("trainable")
-        torch.save(optimizer, tmp / "optimizer.pt")
-        if ema is not None:
-            save_file({k: v.contiguous().cpu() for k, v in ema.items()}, str(tmp / "ema.safetensors"))
+        return tmp
+
+    def commit(self, tmp: Path, step: int, state: dict[str, Any]) -> Path:
+        """Write the run state and RNG, mark complete, fsync, and rename into place; then rotate."""
         torch.save(_rng_to_tensors(rng_state()), tmp / "rng.pt")
         (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1, default=str))
         self._hook("state")
         (tmp / MARKER).write_text("ok\n")
-        _fsync_tree(tmp)
+        for sub in [tmp, *[d for d in tmp.rglob("*") if d.is_dir()]]:
+            _fsync_tree(sub)
+        final = self.dir / f"{PREFIX}{step:08d}"
         if final.exists():  # a re-save of the same step (e.g. preempted right after a periodic save)
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(self.dir)
         self.rotate()
         return final
+
+    def save(self, step: int, trainable: dict[str, torch.Tensor], optimizer: dict[str, Any], state: dict[str, Any],
+             ema: dict[str, torch.Tensor] | None = None) -> Path:
+        """A whole (unsharded) checkpoint, written by one process."""
+        from safetensors.torch import save_file
+
+        tmp = self.begin(step)
+        save_file({k: v.detach().float().contiguous().cpu() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
+        self._hook("trainable")
+        torch.save(optimizer, tmp / "optimizer.pt")
+        if ema is not None:
+            save_file({k: v.contiguous().cpu() for k, v in ema.items()}, str(tmp / "ema.safetensors"))
+        return self.commit(tmp, step, state)
 
     def _hook(self, where: str) -> None:
         if self.fail_hook is not None:
@@ -173,14 +184,17 @@ class CheckpointManager:
 
     @staticmethod
     def load(path: Path) -> dict[str, Any]:
+        """Everything of an unsharded checkpoint; a sharded one (FSDP) returns state and RNG only."""
         from safetensors.torch import load_file
 
         out: dict[str, Any] = {
-            "trainable": load_file(str(path / "trainable.safetensors")),
-            "optimizer": torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True),
             "state": json.loads((path / "state.json").read_text()),
             "rng": _rng_from_tensors(torch.load(path / "rng.pt", map_location="cpu", weights_only=True)),
+            "sharded": (path / "dcp").is_dir(),
         }
+        if not out["sharded"]:
+            out["trainable"] = load_file(str(path / "trainable.safetensors"))
+            out["optimizer"] = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
         if (path / "ema.safetensors").is_file():
             out["ema"] = load_file(str(path / "ema.safetensors"))
         return out

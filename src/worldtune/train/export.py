@@ -46,6 +46,8 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     source = CheckpointManager(checkpoint).resolve(checkpoint)
     ck = CheckpointManager.load(source)
     cfg = WorldtuneConfig.model_validate(ck["state"]["config"])
+    if ck["sharded"]:
+        return _export_sharded(source, cfg, Path(out))
     spec = resolve_spec(cfg.model.name, cfg.model.path)
     if fuse:
         pipe, _ = load_pipeline(cfg.model.name, cfg.model.path, seed=cfg.model.seed)
@@ -75,4 +77,21 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     else:
         result = save_lora(out_path, peft_state_dict(transformer), adapter_metadata(transformer), spec, fp)
     print(f"exported step {ck['state']['step']} of {source} to {result}")
+    return result
+
+
+def _export_sharded(source: Path, cfg, out: Path) -> Path:
+    """Consolidate an FSDP (torch.distributed.checkpoint) checkpoint into a diffusers transformer folder."""
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from worldtune.train.trainer import save_consolidated
+
+    with tempfile.TemporaryDirectory() as tmp:
+        flat = Path(tmp) / "full.pt"
+        dcp_to_torch_save(str(source / "dcp"), str(flat))
+        state = torch.load(flat, map_location="cpu", weights_only=True)["model"]
+    result = save_consolidated(state, cfg, out / "transformer")
+    print(f"consolidated sharded checkpoint {source} into {result}")
     return result

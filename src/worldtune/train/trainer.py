@@ -157,6 +157,36 @@ def apply_checkpointing(transformer: torch.nn.Module, blocks: list[int]) -> None
         block.forward = partial(_ckpt, block.forward)
 
 
+def shard_fsdp2(transformer: torch.nn.Module, param_dtype: torch.dtype | None, cpu_offload: bool):
+    """FSDP2: shard each block, then the root; returns the (now DTensor) trainable parameters."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    kw: dict[str, Any] = {}
+    if param_dtype is not None:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    if cpu_offload:
+        kw["offload_policy"] = CPUOffloadPolicy()
+    for block in transformer.transformer_blocks:
+        fully_shard(block, **kw)
+    fully_shard(transformer, **kw)
+    return [p for p in transformer.parameters() if p.requires_grad]
+
+
+def save_consolidated(state: dict[str, torch.Tensor], cfg: WorldtuneConfig, out: Path,
+                      crossattn_proj: torch.nn.Module | None = None) -> Path:
+    """A full state dict (e.g. gathered from FSDP shards) as a diffusers transformer folder."""
+    from worldtune.models.build import build_transformer
+    from worldtune.models.load import resolve_spec
+
+    spec = resolve_spec(cfg.model.name, cfg.model.path)
+    model = build_transformer(spec, device="meta")
+    if crossattn_proj is not None:
+        state = {**state, **{f"crossattn_proj.{k}": v for k, v in crossattn_proj.state_dict().items()}}
+    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True, assign=True)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
 # ------------------------------------------------------------------------------------------ trainer
 class Trainer:
     def __init__(self, cfg: WorldtuneConfig):
@@ -205,10 +235,13 @@ class Trainer:
             for block in self.transformer.transformer_blocks:
                 block.compile()
         self.model = self.transformer
-        if self.dist.world > 1:
+        self.sharded = bool(tc.fsdp and self.dist.world > 1)
+        if self.sharded:
+            self.params = shard_fsdp2(self.transformer, self.amp_dtype if self.amp else None, tc.cpu_offload)
+        elif self.dist.world > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(
                 self.transformer, device_ids=[dev.index] if dev.type == "cuda" else None)
-        fused = tc.fused_adamw and dev.type == "cuda"
+        fused = tc.fused_adamw and dev.type == "cuda" and not tc.cpu_offload
         self.optimizer = torch.optim.AdamW(self.params, lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps,
                                            weight_decay=tc.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -295,6 +328,8 @@ class Trainer:
                 loss.backward()
             total += float(loss.detach())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -350,7 +385,20 @@ class Trainer:
 
     def save(self) -> Path | None:
         path = None
-        if self.dist.main:
+        if self.sharded:
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            tmp = self.ckpt.dir / f".tmp-step-{self.step:08d}"
+            if self.dist.main:
+                tmp = self.ckpt.begin(self.step)
+            self.dist.barrier()
+            msd, osd = get_state_dict(self.transformer, self.optimizer)
+            dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
+            self.dist.barrier()
+            if self.dist.main:
+                path = self.ckpt.commit(tmp, self.step, self.state())
+        elif self.dist.main:
             path = self.ckpt.save(self.step, trainable_state_dict(self.transformer), self.optimizer.state_dict(),
                                   self.state(), self.ema)
         self.dist.barrier()
@@ -364,6 +412,30 @@ class Trainer:
                                   f"!= {self.base_fingerprint}): resume with the same model.path/name")
         if st.get("mode") != self.cfg.train.mode:
             raise CheckpointError(f"{source} is a {st.get('mode')} checkpoint but train.mode={self.cfg.train.mode}")
+        if ck["sharded"]:
+            self._load_sharded(source)
+        else:
+            self._load_whole(source, ck)
+        self.scheduler.load_state_dict(st["scheduler"])
+        self.sampler.load_state_dict(st["sampler"])
+        set_rng_state(ck["rng"])
+        self.step = int(st["step"])
+        self.ckpt.resumed_from = source
+
+    def _load_sharded(self, source: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        if not self.sharded:
+            raise CheckpointError(f"{source} is a sharded (FSDP) checkpoint: resume with train.fsdp = true, or "
+                                  f"`worldtune export` it to a consolidated transformer first")
+        msd, osd = get_state_dict(self.transformer, self.optimizer)
+        state = {"model": msd, "optim": osd}
+        dcp.load(state, checkpoint_id=str(source / "dcp"))
+        set_state_dict(self.transformer, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+
+    def _load_whole(self, source: Path, ck: dict[str, Any]) -> None:
         named = dict(self.transformer.named_parameters())
         missing = [k for k in named if named[k].requires_grad and k not in ck["trainable"]]
         if missing:
@@ -373,13 +445,8 @@ class Trainer:
             for k, v in ck["trainable"].items():
                 named[k].copy_(v.to(named[k].dtype))
         self.optimizer.load_state_dict(ck["optimizer"])
-        self.scheduler.load_state_dict(st["scheduler"])
-        self.sampler.load_state_dict(st["sampler"])
         if self.ema is not None and "ema" in ck:
             self.ema = {k: v.to(self.dist.device) for k, v in ck["ema"].items()}
-        set_rng_state(ck["rng"])
-        self.step = int(st["step"])
-        self.ckpt.resumed_from = source
 
     # ------------------------------------------------------------------ run
     def _on_signal(self, signum, _frame) -> None:
@@ -461,7 +528,7 @@ class Trainer:
             val = self.validate()
             self._log({"step": self.step, **val})
             final = self.save()
-            export = self.export() if self.dist.main else None
+            export = self.export()
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
@@ -473,9 +540,23 @@ class Trainer:
         self._write_run_json("done", {"summary": summary})
         return summary
 
-    def export(self) -> Path:
-        """Diffusers files beside the run: LoRA weights with metadata, or a transformer folder."""
+    def export(self) -> Path | None:
+        """Diffusers files beside the run: LoRA weights with metadata, or a transformer folder.
+
+        Under FSDP every process takes part in gathering the full state dict; rank 0 writes it.
+        """
         out = self.out / "export"
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            full = get_model_state_dict(self.transformer, options=StateDictOptions(full_state_dict=True,
+                                                                                     cpu_offload=True))
+            if self.dist.main:
+                save_consolidated(full, self.cfg, out / "transformer", self._saved_proj)
+            self.dist.barrier()
+            return out / "transformer"
+        if not self.dist.main:
+            return None
         out.mkdir(parents=True, exist_ok=True)
         if self.cfg.train.mode == "full":
             model = unwrap(self.transformer)
