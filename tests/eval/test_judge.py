@@ -116,4 +116,4 @@ def test_retries_exhausted_and_unreachable_are_errors_not_crashes(judge_server, 
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(b"garbage")
     (r,) = Judge(judge_server.url, rubrics=["physical_plausibility"]).judge_many([JudgeItem("b", str(bad))], progress=False)
-    assert r.status == "error" and "cannot be decoded" in r.error
+    assert r.status == "error" and "bad.mp4" in r.error and "re-encode or remove it" in r.error

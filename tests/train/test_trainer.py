@@ -124,17 +124,21 @@ def test_sigterm_saves_and_exits_with_requeue_code(tiny_model_dir, cached_datase
     assert run["status"] == "preempted" and run["step"] == int(newest.name.split("-")[1])
 
 
-def test_two_processes_equal_one_with_same_global_batch(tiny_model_dir, cached_dataset, tmp_path):
-    extra = ("--train.steps", "4", "--train.checkpoint.every", "0", "--train.text_dropout", "0.2")
-    one = _cli(*_train_args(tiny_model_dir, cached_dataset, tmp_path / "one", *extra, "--train.batch_size", "2"))
-    port = str(29500 + os.getpid() % 1000)
-    ranks = [_cli(*_train_args(tiny_model_dir, cached_dataset, tmp_path / "two", *extra, "--train.batch_size", "1"),
-                  env={"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": port}) for r in range(2)]
+def _one_vs_two_processes(model: Path, data: Path, tmp: Path, extra: tuple, two_extra: tuple = ()):
+    """Loss trajectories of one process at global batch 2 and two gloo processes at batch 1 each."""
+    one = _cli(*_train_args(model, data, tmp / "one", *extra, "--train.batch_size", "2"))
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 2000)}
+    ranks = [_cli(*_train_args(model, data, tmp / "two", *extra, *two_extra, "--train.batch_size", "1"),
+                  env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
     for p in [one, *ranks]:
         assert p.wait(240) == 0, p.stdout.read().decode()[-3000:]
-    l1 = [m["loss"] for m in _metrics(tmp_path / "one") if "loss" in m]
-    l2 = [m["loss"] for m in _metrics(tmp_path / "two") if "loss" in m]
+    return ([m["loss"] for m in _metrics(tmp / "one") if "loss" in m],
+            [m["loss"] for m in _metrics(tmp / "two") if "loss" in m])
+
+
+def test_two_processes_equal_one_with_same_global_batch(tiny_model_dir, cached_dataset, tmp_path):
+    extra = ("--train.steps", "4", "--train.checkpoint.every", "0", "--train.text_dropout", "0.2")
+    l1, l2 = _one_vs_two_processes(tiny_model_dir, cached_dataset, tmp_path, extra)
     assert len(l1) == len(l2) == 4
     for a, b in zip(l1, l2):
         assert abs(a - b) < 1e-5 * max(1.0, abs(a)), (l1, l2)
@@ -217,16 +221,7 @@ def test_fsdp_two_processes_equal_one_process(tiny_model_dir, cached_dataset, tm
 
     extra = ("--train.mode", "full", "--train.steps", "3", "--train.checkpoint.every", "2", "--train.cache",
              str(cached_dataset / "cache" / _raw_cache(cached_dataset)), "--train.text_dropout", "0.0")
-    one = _cli(*_train_args(tiny_model_dir, cached_dataset, tmp_path / "one", *extra, "--train.batch_size", "2"))
-    port = str(30500 + os.getpid() % 1000)
-    ranks = [_cli(*_train_args(tiny_model_dir, cached_dataset, tmp_path / "two", *extra, "--train.batch_size", "1",
-                               "--train.fsdp", "true"),
-                  env={"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": port}) for r in range(2)]
-    for p in [one, *ranks]:
-        assert p.wait(240) == 0, p.stdout.read().decode()[-3000:]
-    l1 = [m["loss"] for m in _metrics(tmp_path / "one") if "loss" in m]
-    l2 = [m["loss"] for m in _metrics(tmp_path / "two") if "loss" in m]
+    l1, l2 = _one_vs_two_processes(tiny_model_dir, cached_dataset, tmp_path, extra, ("--train.fsdp", "true"))
     assert len(l1) == 3 and all(abs(a - b) < 1e-5 for a, b in zip(l1, l2)), (l1, l2)
     assert (tmp_path / "two" / "checkpoints" / "step-00000002" / "dcp").is_dir()
     m1 = CosmosTransformer3DModel.from_pretrained(tmp_path / "one" / "export" / "transformer")

@@ -22,26 +22,25 @@ class VideoReadError(EvaluationError):
 
 
 def read_video(path: str | Path, max_frames: int | None = None) -> tuple[np.ndarray, float]:
-    """All frames of a video as (T, H, W, 3) uint8 RGB, and its frame rate (0.0 when unknown)."""
-    import av
+    """All frames of a video as (T, H, W, 3) uint8 RGB, and its frame rate (0.0 when unknown).
+
+    Decoding is the data stage's (`worldtune.data.video`); its errors become `VideoReadError`,
+    which evaluation counts as a skip.
+    """
+    from worldtune.data.video import probe, read_frames
+    from worldtune.errors import DatasetError
 
     p = Path(path)
     if not p.is_file():
         raise VideoReadError(f"video {p} does not exist: check the path in generations.jsonl")
-    frames: list[np.ndarray] = []
     try:
-        with av.open(str(p)) as container:
-            stream = container.streams.video[0]
-            fps = float(stream.average_rate or stream.guessed_rate or 0.0)
-            for frame in container.decode(stream):
-                frames.append(frame.to_ndarray(format="rgb24"))
-                if max_frames is not None and len(frames) >= max_frames:
-                    break
-    except (av.error.FFmpegError, IndexError, ValueError, OSError) as e:
-        raise VideoReadError(f"video {p} cannot be decoded ({type(e).__name__}): re-encode or remove it") from None
-    if not frames:
+        fps = float(probe(p).fps or 0.0)
+        frames = read_frames(p)
+    except DatasetError as e:
+        raise VideoReadError(f"{e}: re-encode or remove it") from None
+    if len(frames) == 0:
         raise VideoReadError(f"video {p} has no frames: re-encode or remove it")
-    return np.stack(frames), fps
+    return (frames[:max_frames] if max_frames is not None else frames), fps
 
 
 def encode_video(frames: np.ndarray, fps: float, codec: str = "libx264", fmt: str = "mp4",
