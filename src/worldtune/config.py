@@ -173,7 +173,9 @@ class TrainConfig(Section):
     log_every: int = 10
     val_every: int = 0  # 0 = only at the end
     val_samples: int = 2
+    val_videos: int = 1  # held-out clips generated at each validation (fixed noise); 0 = none
     val_steps: int = 8  # sampler steps for validation videos
+    val_guidance: float = 7.0
     val_sigmas: list[float] = Field(default_factory=lambda: [0.1, 0.3, 0.6, 0.9])
     tensorboard: bool = True
     wandb: bool = False

@@ -30,6 +30,8 @@ def test_loss_falls_on_real_data(tiny_model_dir, cached_dataset, tmp_path):
     before = trainer.validate()["val_loss"]
     summary = trainer.fit()
     assert summary["val_loss"] < 0.955 * before, (before, summary["val_loss"])
+    videos = sorted((tmp_path / "run" / "val").glob("step-*/*.mp4"))
+    assert summary["val_videos"] == 1 and len(videos) == 1
     losses = [m["loss"] for m in _metrics(tmp_path / "run") if "loss" in m]
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
 

@@ -376,6 +376,79 @@ class Trainer:
         out["val_loss"] = sum(out.values()) / len(out)
         return out
 
+    @torch.no_grad()
+    def validation_videos(self) -> list[Path]:
+        """Generate short videos of held-out clips from their first latent frame, with fixed noise.
+
+        The trainer's own (adapted) transformer samples with the model's scheduler; the VAE is
+        loaded only here. The unconditional branch uses zero text embeddings, which is what text
+        dropout trains. Files: <run>/val/step-N/<clip>.mp4, comparable from step to step.
+        """
+        tc = self.cfg.train
+        data = self.val_set if len(self.val_set) else self.train_set
+        if not tc.val_videos or not self.dist.main or self.sharded or len(data) == 0:
+            return []
+        from types import SimpleNamespace
+
+        from worldtune.data.video import write_video
+        from worldtune.infer.generate import initial_noise
+        from worldtune.infer.sampler import Conditioning, denoise
+        from worldtune.models.latents import decode, encode, frames_to_pixels, pixels_to_frames
+
+        vae, scheduler = self._val_components()
+        dev, dtype = self.dist.device, next(self.transformer.parameters()).dtype
+        out = self.out / "val" / f"step-{self.step:08d}"
+        out.mkdir(parents=True, exist_ok=True)
+        self.transformer.eval()
+        written = []
+        for i in range(min(tc.val_videos, len(data))):
+            if self.cache_mode:
+                item = data[i]
+                x0, text = item["latents"][None].to(dev), item["text"][None].to(dev)
+            else:
+                from worldtune.data.cache import encode_prompts
+
+                item = data.get(i, torch.Generator().manual_seed(i))
+                x0 = encode(vae, frames_to_pixels(item["frames"])[None]).to(dev)
+                text = encode_prompts(self.pipe, self.spec, [item["prompt"]], "raw").to(dev)
+            mask = torch.zeros(1, 1, x0.shape[2], 1, 1, device=dev)
+            mask[:, :, :1] = 1.0
+            cond = Conditioning(latents=initial_noise(tc.seed + i, tuple(x0.shape)).to(dev), cond_latents=x0.float(),
+                                cond_mask=mask.expand_as(x0[:, :1]).to(dtype), cond_indicator=mask)
+            pipe = SimpleNamespace(transformer=self.transformer, scheduler=scheduler, vae_scale_factor_spatial=8)
+            ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
+            with ctx:
+                lat = denoise(pipe, cond, text.to(dtype), torch.zeros_like(text).to(dtype), tc.val_steps,
+                              tc.val_guidance)
+            frames = pixels_to_frames(decode(vae, lat.to(dev))[0])
+            path = out / f"{item['clip_id']}.mp4"
+            write_video(path, frames, float(self.fps))
+            written.append(path)
+        return written
+
+    def _val_components(self):
+        """The VAE and scheduler for validation videos, loaded once (never the text encoder)."""
+        if getattr(self, "_val_cache", None) is None:
+            if self.pipe is not None:
+                self._val_cache = (self.pipe.vae, self.pipe.scheduler)
+            else:
+                from worldtune.models.load import load_pipeline
+
+                root = self.cfg.model.path or (self.cfg.model.name if self.cfg.model.name and Path(self.cfg.model.name).is_dir() else None)
+                if root is not None:
+                    from diffusers import AutoencoderKLWan
+
+                    from worldtune.models.build import build_scheduler
+
+                    vae = AutoencoderKLWan.from_pretrained(root, subfolder="vae", local_files_only=True)
+                    sched_cls = type(build_scheduler(self.spec))
+                    sched = sched_cls.from_pretrained(root, subfolder="scheduler", local_files_only=True)
+                else:
+                    pipe, _ = load_pipeline(self.cfg.model.name, None, seed=self.cfg.model.seed)
+                    vae, sched = pipe.vae, pipe.scheduler
+                self._val_cache = (vae.to(self.dist.device), sched)
+        return self._val_cache
+
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler.state_dict(), "sampler": self.sampler.state_dict(),
@@ -513,6 +586,7 @@ class Trainer:
                         self._log(row)
                     if tc.val_every and self.step % tc.val_every == 0:
                         val = self.validate()
+                        self.validation_videos()
                         self._log({"step": self.step, **val})
                     info = f"loss {row['loss']:.4f} lr {row['lr']:.2e} {row['step_time']:.2f}s/step"
                     if "mfu" in row:
@@ -526,6 +600,7 @@ class Trainer:
                         self._write_run_json("preempted", {"signal": self._stop})
                         raise typer.Exit(REQUEUE_EXIT_CODE)
             val = self.validate()
+            videos = self.validation_videos()
             self._log({"step": self.step, **val})
             final = self.save()
             export = self.export()
@@ -535,7 +610,7 @@ class Trainer:
             if self._tb is not None:
                 self._tb.close()
         summary = {"run": str(self.out), "steps": self.step, "first_loss": first_loss, "last_loss": last_loss,
-                   **val, "checkpoint": str(final) if final else None, "export": str(export) if export else None,
+                   **val, "val_videos": len(videos), "checkpoint": str(final) if final else None, "export": str(export) if export else None,
                    "seconds": round(time.time() - t_start, 1), "trainable_params": self.n_trainable}
         self._write_run_json("done", {"summary": summary})
         return summary
