@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-from worldtune.launch.local import REQUEUE_EXIT_CODE, child_pids, classify, train_command
+from worldtune.launch.local import REQUEUE_EXIT_CODE, child_pids, classify, newest_step, train_command
 from worldtune.train.checkpoint import CheckpointManager, step_of
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 16
+STEPS = 12
 
 
 def _config(path: Path, model: Path, data: Path, out: Path) -> Path:
@@ -120,14 +120,73 @@ def test_killed_rank_is_restarted_and_resumes_exactly(launch_model_dir, launch_d
     assert json.loads((tmp_path / "crash" / "run.json").read_text())["status"] == "done"
 
 
-def test_input_error_is_not_retried(launch_model_dir, tmp_path):
-    cfg = _config(tmp_path / "bad.toml", launch_model_dir, tmp_path / "no-such-dataset", tmp_path / "run")
-    p = _launch(cfg, "--gpus", "1", "--max-restarts", "3")
-    out = p.communicate(timeout=120)[0].decode()
-    assert p.returncode == 1, out[-2000:]
-    rows = [json.loads(x) for x in (tmp_path / "run" / "logs" / "launch.jsonl").read_text().splitlines()]
-    assert [r["outcome"] for r in rows] == ["failed"]
-    assert "not retried" in out
+# A stand-in for `worldtune train`: behaves as told by a script of exit codes, one per attempt
+# ("stop" = wait for USR1, then exit 42 like the trainer; "error" = a one-line input error).
+FAKE_TRAINER = """import pathlib, signal, sys, time
+plan, state = sys.argv[1].split(","), pathlib.Path(sys.argv[2])
+n = int(state.read_text()) if state.exists() else 0
+state.write_text(str(n + 1))
+step = plan[min(n, len(plan) - 1)]
+if step == "stop":
+    got = []
+    signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
+    pathlib.Path(str(state) + ".ready").touch()
+    while not got:
+        time.sleep(0.02)
+    print("checkpoint saved", flush=True)
+    sys.exit(42)
+if step == "error":
+    print("error: config file x.toml does not exist: pass a TOML file", flush=True)
+    sys.exit(1)
+sys.exit(int(step))
+"""
+
+
+def _fake_launch(tmp_path, monkeypatch, plan: str, max_restarts: int, on_ready=None):
+    import worldtune.launch.local as local
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    trainer = tmp_path / "fake_trainer.py"
+    trainer.write_text(FAKE_TRAINER)
+    state = tmp_path / "attempts.txt"
+    monkeypatch.setattr(local, "train_command",
+                        lambda config, overrides, gpus: [sys.executable, str(trainer), plan, str(state)])
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[train]\nout = "{tmp_path / "run"}"\n')
+    if on_ready is not None:
+        import threading
+
+        def _watch():
+            deadline = time.time() + 30
+            while not Path(str(state) + ".ready").exists() and time.time() < deadline:
+                time.sleep(0.02)
+            on_ready()
+        threading.Thread(target=_watch, daemon=True).start()
+    attempts = local.launch(cfg, [], gpus=1, max_restarts=max_restarts)
+    return attempts, local.exit_code(attempts)
+
+
+def test_crashes_restart_until_done_or_restarts_run_out(tmp_path, monkeypatch):
+    attempts, code = _fake_launch(tmp_path / "a", monkeypatch, "3,42,0", max_restarts=5)
+    assert [a.outcome for a in attempts] == ["crashed", "preempted", "done"] and code == 0
+    attempts, code = _fake_launch(tmp_path / "b", monkeypatch, "3", max_restarts=2)
+    assert [a.outcome for a in attempts] == ["crashed"] * 3 and code == 3  # 1 try + 2 restarts
+    assert [a.attempt for a in attempts] == [1, 2, 3]
+    rows = (tmp_path / "b" / "run" / "logs" / "launch.jsonl").read_text().splitlines()
+    assert len(rows) == 3 and all((tmp_path / "b" / "run" / "logs" / f"attempt-{k}.log").is_file() for k in (1, 2, 3))
+
+
+def test_input_error_is_not_retried(tmp_path, monkeypatch):
+    attempts, code = _fake_launch(tmp_path, monkeypatch, "error", max_restarts=3)
+    assert [a.outcome for a in attempts] == ["failed"] and code == 1
+
+
+def test_sigterm_to_launcher_is_forwarded_and_not_restarted(tmp_path, monkeypatch):
+    # SIGTERM to the launcher reaches the trainer as USR1 (a trainer killed by TERM would not exit 42)
+    attempts, code = _fake_launch(tmp_path, monkeypatch, "stop,0", max_restarts=3,
+                                  on_ready=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    assert [a.outcome for a in attempts] == ["preempted"] and attempts[0].signalled and code == REQUEUE_EXIT_CODE
+    assert "checkpoint saved" in Path(attempts[0].log).read_text()
 
 
 def test_commands_and_outcomes(tmp_path):
@@ -144,3 +203,12 @@ def test_commands_and_outcomes(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"status": "preempted"}))
     assert classify(1, tmp_path, time.time() - 60, "") == "preempted"  # torchrun's 1 for a worker's 42
     assert classify(1, tmp_path, time.time() + 60, "") == "crashed"  # a run.json from an earlier attempt
+
+    # the launcher reads checkpoint folders without torch; it must agree with the CheckpointManager
+    manager = CheckpointManager(tmp_path, keep=5)
+    assert newest_step(tmp_path) == 0
+    for step in (3, 12):
+        manager.save(step, {"x": torch.zeros(1)}, {}, {})
+    (manager.dir / "step-00000020").mkdir()  # no COMPLETE marker: a save that died
+    assert newest_step(tmp_path) == step_of(manager.newest()) == 12
+

@@ -83,10 +83,12 @@ def child_pids(pid: int) -> list[int]:
 
 
 def newest_step(run_dir: Path) -> int:
-    from worldtune.train.checkpoint import CheckpointManager, step_of
-
-    newest = CheckpointManager(run_dir).newest()
-    return step_of(newest) if newest is not None else 0
+    """Step of the newest complete checkpoint (0: none). Reads the folder names that
+    worldtune.train.checkpoint writes (step-NNNNNNNN/COMPLETE) without importing torch: the
+    launcher stays light, and the trainers start sooner."""
+    steps = [int(p.name[5:]) for p in (run_dir / "checkpoints").glob("step-*")
+             if p.name[5:].isdigit() and (p / "COMPLETE").is_file()]
+    return max(steps, default=0)
 
 
 def classify(code: int, run_dir: Path, started: float, log_text: str) -> str:
@@ -125,11 +127,15 @@ class _Attempt:
 
     def _tee(self) -> None:
         assert self.proc.stdout is not None
+        out = getattr(sys.stdout, "buffer", None)
         for line in iter(self.proc.stdout.readline, b""):
             self._file.write(line)
             self._file.flush()
-            sys.stdout.buffer.write(line)
-            sys.stdout.buffer.flush()
+            if out is not None:
+                out.write(line)
+                out.flush()
+            else:  # a text-only stdout (some test harnesses, notebooks)
+                sys.stdout.write(line.decode(errors="replace"))
 
     def trainers(self) -> list[int]:
         return [self.proc.pid] if self.gpus == 1 else child_pids(self.proc.pid)

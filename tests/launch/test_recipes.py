@@ -1,0 +1,37 @@
+"""The shipped recipes in configs/ load, and say what their comments promise."""
+
+from pathlib import Path
+
+import pytest
+
+from worldtune.config import load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize("name", ["demo.toml", "predict25_2b_lora_1gpu.toml", "predict2_14b_droid_grid_8gpu.toml"])
+def test_recipe_loads(name):
+    load_config(CONFIGS / name)
+
+
+def test_demo_recipe_is_the_demo():
+    from worldtune.demo import demo_config
+
+    assert load_config(CONFIGS / "demo.toml") == demo_config(Path("demo_out"), 200)
+
+
+def test_2b_lora_recipe():
+    c = load_config(CONFIGS / "predict25_2b_lora_1gpu.toml")
+    assert c.model.name == "cosmos-predict2.5-2b" and c.train.mode == "lora"
+    assert (c.prepare.num_frames, c.prepare.height, c.prepare.width) == (93, 432, 768)
+    assert c.train.lora.rank == 32 and c.train.lora.alpha == 32
+    assert c.train.lr == 2**-14.5 and c.train.weight_decay == 1e-3 and c.train.warmup == 1000
+    assert (c.train.f_max, c.train.f_min) == (0.5, 0.2)
+
+
+def test_14b_grid_recipe():
+    c = load_config(CONFIGS / "predict2_14b_droid_grid_8gpu.toml")
+    assert c.model.name == "cosmos-predict2-14b" and c.train.mode == "full" and c.train.fsdp
+    assert (c.prepare.num_frames, c.prepare.height, c.prepare.width, c.prepare.stride) == (93, 432, 768, 4)
+    assert c.prepare.layout == "grid" and c.prepare.prompt_template == "droid_grid"
+    assert c.cache.text == "raw"  # full fine-tuning trains on raw text embeddings
