@@ -163,6 +163,7 @@ class TrainConfig(Section):
     compile: bool = False  # regional torch.compile of each transformer block
     fused_adamw: bool = True  # on CUDA
     attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
+    view_attention: Literal["joint", "per_view"] = "joint"  # multi-view model (datasets with separate views)
     fsdp: bool = False  # shard parameters, gradients and optimizer states (FSDP2) across processes
     cpu_offload: bool = False  # FSDP2 CPU offload of parameters and optimizer states
     num_frames: int | None = None  # None = the dataset's
@@ -235,6 +236,7 @@ class GenerateConfig(Section):
     fps: float | None = None  # fps of the written mp4s; None = the model's
     layout: dict[str, Any] | None = None  # camera layout (as in a dataset's info.json) for folder/JSONL inputs
     attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
+    view_attention: Literal["joint", "per_view"] = "joint"  # multi-view model (datasets with separate views)
     fsdp: bool = False  # shard parameters, gradients and optimizer states (FSDP2) across processes
     cpu_offload: bool = False  # FSDP2 CPU offload of parameters and optimizer states
     device: str = "auto"  # auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu

@@ -17,13 +17,6 @@ LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"]
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from worldtune.models.load import init_model_dir
-
-    return init_model_dir("tiny-predict2.5", tmp_path_factory.mktemp("models") / "tiny-predict2.5")
-
-
-@pytest.fixture(scope="session")
 def tiny_pipe(tiny_model_dir):
     """The tiny pipeline in fp32 on the CPU (read-only use: tests must not load adapters into it)."""
     from worldtune.models.load import load_pipeline

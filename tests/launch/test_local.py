@@ -65,9 +65,9 @@ def _final(run: Path) -> tuple[dict, dict]:
     return ck["trainable"], ck["optimizer"]
 
 
-def test_killed_rank_is_restarted_and_resumes_exactly(launch_model_dir, launch_dataset, tmp_path):
-    ref_cfg = _config(tmp_path / "ref.toml", launch_model_dir, launch_dataset, tmp_path / "ref")
-    crash_cfg = _config(tmp_path / "crash.toml", launch_model_dir, launch_dataset, tmp_path / "crash")
+def test_killed_rank_is_restarted_and_resumes_exactly(tiny_model_dir, cached_dataset, tmp_path):
+    ref_cfg = _config(tmp_path / "ref.toml", tiny_model_dir, cached_dataset, tmp_path / "ref")
+    crash_cfg = _config(tmp_path / "crash.toml", tiny_model_dir, cached_dataset, tmp_path / "crash")
     ref = _launch(ref_cfg, "--gpus", "2", "--max-restarts", "0")
     crash = _launch(crash_cfg, "--gpus", "2", "--max-restarts", "2")
     try:

@@ -8,15 +8,11 @@ import json
 import pytest
 import torch
 
-from worldtune.config import CacheConfig, LoraConfig, ModelConfig, PrepareConfig, WorldtuneConfig
+from worldtune.config import CacheConfig, ModelConfig, PrepareConfig, WorldtuneConfig
 from worldtune.data.cache import LatentCache
 from worldtune.data.dataset import read_dataset
 from worldtune.data.multiview_cache import MultiViewCachedClips, dataset_roles, run as cache_views, view_key
 from worldtune.errors import DatasetError
-from worldtune.models.load import load_transformer
-from worldtune.models.multiview import MultiViewTransformer, multiview_flow_batch
-from worldtune.train.adapters import apply_training_mode
-from worldtune.train.flow import FlowMatchingLoss, transformer_inputs
 
 ROLES = ["exterior_1", "exterior_2", "wrist"]
 
@@ -67,43 +63,26 @@ def test_grid_dataset_is_refused(tmp_path):
         dataset_roles(json.loads((tmp_path / "info.json").read_text()), tmp_path)
 
 
-def test_lora_training_lowers_heldout_loss(separate_dataset):
-    out, summary = separate_dataset
-    _, rows = read_dataset(out)
-    cache = LatentCache(summary["cache"])
-    train, val = MultiViewCachedClips(rows, cache, ROLES, "train"), MultiViewCachedClips(rows, cache, ROLES, "val")
-    assert len(train) >= 4 and len(val) >= 1
-    torch.manual_seed(0)
-    tr, _ = load_transformer("tiny-predict2.5")
-    tr.crossattn_proj = torch.nn.Identity()  # the cache holds projected text (the adapter default)
-    params = apply_training_mode(tr, "lora", LoraConfig(rank=8))
-    mv = MultiViewTransformer(tr, len(ROLES), roles=ROLES)
-    params += mv.extra_parameters()
-    obj = FlowMatchingLoss()
-    opt = torch.optim.AdamW(params, lr=3e-3, weight_decay=1e-3)
+def test_trainer_lowers_heldout_loss_of_the_multiview_model(separate_dataset, tmp_path):
+    """`worldtune train` on a separate-views dataset trains the 3-view model (LoRA + view embedding)."""
+    from worldtune.config import load_config
+    from worldtune.models.multiview import read_multiview_config
+    from worldtune.train.trainer import Trainer
 
-    def loss_of(items, seeds, **force):
-        x0 = torch.stack([it["latents"] for it in items])
-        x0_views = x0.view(x0.shape[0], 16, len(ROLES), -1, *x0.shape[-2:])
-        fb = multiview_flow_batch(obj, x0_views, seeds, **force)
-        text = torch.stack([it["text"] for it in items])
-        return obj.loss(mv(**transformer_inputs(fb, text, torch.float32))[0], fb)
-
-    @torch.no_grad()
-    def heldout() -> float:
-        vals = [float(loss_of([val[i]], [1000 + 10 * i + j], sigma=[s], num_cond=[1]))
-                for i in range(len(val)) for j, s in enumerate((0.3, 0.6, 0.9))]
-        return sum(vals) / len(vals)
-
-    before = heldout()
-    gen = torch.Generator().manual_seed(0)
-    for step in range(60):
-        idx = torch.randint(0, len(train), (2,), generator=gen).tolist()
-        loss = loss_of([train[i] for i in idx], [step * 2, step * 2 + 1])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    after = heldout()
-    print(f"held-out loss {before:.4f} -> {after:.4f}")
-    assert after < 0.9 * before, (before, after)
-    assert mv.view_embed.abs().sum() > 0  # the view embedding trained too
+    out, _ = separate_dataset
+    cfg = load_config(None, ["--model.name", "tiny-predict2.5", "--train.dataset", str(out), "--train.out",
+                             str(tmp_path / "run"), "--train.steps", "60", "--train.batch_size", "2",
+                             "--train.lr", "3e-3", "--train.warmup", "5", "--train.lora.rank", "8",
+                             "--train.checkpoint.every", "0", "--train.tensorboard", "false",
+                             "--train.val_samples", "2", "--train.log_every", "10"])
+    trainer = Trainer(cfg)
+    assert trainer.mv is not None and trainer.mv.num_views == len(ROLES)
+    before = trainer.validate()["val_loss"]
+    summary = trainer.fit()
+    print(f"held-out loss {before:.4f} -> {summary['val_loss']:.4f}")
+    # measured: 1.55 -> 1.13 with a hand-written loop of the same settings; require 10%
+    assert summary["val_loss"] < 0.9 * before, (before, summary["val_loss"])
+    assert trainer.mv.view_embed.abs().sum() > 0  # the view embedding trained too
+    extras = read_multiview_config(tmp_path / "run" / "export")
+    assert extras["num_views"] == 3 and (tmp_path / "run" / "export" / "multiview.safetensors").is_file()
+    assert (tmp_path / "run" / "export" / "pytorch_lora_weights.safetensors").is_file()

@@ -138,6 +138,10 @@ def run(cfg) -> dict[str, Any]:
 
     ccfg = cfg.cache
     info, manifest = read_dataset(ccfg.dataset)
+    if (info.get("layout") or {}).get("type") == "separate":  # one latent per camera view
+        from worldtune.data import multiview_cache
+
+        return multiview_cache.run(cfg)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if ccfg.device == "auto" else ccfg.device
     pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if device == "cuda" else "fp32",
                                device=device, seed=cfg.model.seed)

@@ -189,7 +189,8 @@ class MultiViewTransformer(nn.Module):
 
 
 def _fold(e: torch.Tensor, b: int, v: int) -> torch.Tensor:
-    """Timestep embedding to the folded batch: per token [B, V·L, D] -> [B·V, L, D]; per sample [B, D] -> [B·V, D]."""
+    """Timestep embedding to the views-in-batch layout: per token [B, V·L, D] -> [B·V, L, D];
+    per sample [B, D] -> [B·V, D]."""
     return e.reshape(b * v, e.shape[1] // v, e.shape[2]) if e.ndim == 3 else e.repeat_interleave(v, dim=0)
 
 

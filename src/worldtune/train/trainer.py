@@ -82,6 +82,9 @@ def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
     tc = cfg.train
     info, rows = read_dataset(tc.dataset)
     if not cache_mode:
+        if (info.get("layout") or {}).get("type") == "separate":
+            raise ConfigError(f"{tc.dataset} has separate camera views: the multi-view model trains from the per-view "
+                              f"cache; run `worldtune cache` first")
         frames = tc.num_frames or info["num_frames"]
         return None, DecodedClips(tc.dataset, rows, frames, "train"), DecodedClips(tc.dataset, rows, frames, "val"), info
     path = Path(tc.cache) if tc.cache not in (None, "auto") else None
@@ -90,6 +93,13 @@ def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
         found = [default_cache_dir(tc.dataset, cache_settings(cfg, info, spec, k)["key"]) for k in kinds]
         path = next((p for p in found if p.is_dir()), found[0])
     cache = LatentCache(path)
+    if (info.get("layout") or {}).get("type") == "separate":
+        from worldtune.data.multiview_cache import MultiViewCachedClips, dataset_roles
+
+        roles = dataset_roles(info, tc.dataset)
+        sets = MultiViewCachedClips(rows, cache, roles, "train"), MultiViewCachedClips(rows, cache, roles, "val")
+    else:
+        sets = CachedClips(rows, cache, "train"), CachedClips(rows, cache, "val")
     expect = cache_settings(cfg, info, spec, cache.info["text_kind"])
     cache.check({k: expect[k] for k in ("model_id", "height", "width", "num_frames")})
     if cache.info["text_kind"] == "projected" and tc.mode == "full":
@@ -98,7 +108,7 @@ def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
     if tc.num_frames not in (None, info["num_frames"]):
         raise ConfigError(f"train.num_frames={tc.num_frames} differs from the cached clips' {info['num_frames']}: "
                           f"unset it or train from decoded clips (--train.cache none)")
-    return cache, CachedClips(rows, cache, "train"), CachedClips(rows, cache, "val"), info
+    return cache, sets[0], sets[1], info
 
 
 def _cache_available(cfg: WorldtuneConfig, spec) -> bool:
@@ -227,6 +237,13 @@ class Trainer:
             self._saved_proj = self.transformer.crossattn_proj
             self.transformer.crossattn_proj = torch.nn.Identity()
         self.params = apply_training_mode(self.transformer, tc.mode, tc.lora)
+        self.mv = None  # the multi-view wrapper, when the dataset keeps camera views separate
+        if (self.data_info.get("layout") or {}).get("type") == "separate":
+            from worldtune.models.multiview import MultiViewTransformer
+
+            roles = self.train_set.roles
+            self.mv = MultiViewTransformer(self.transformer, len(roles), attention=tc.view_attention, roles=roles).to(dev)
+            self.params += self.mv.extra_parameters()
         self.n_trainable = sum(p.numel() for p in self.params)
         self.ckpt_blocks = choose_checkpointing(tc.grad_checkpointing, len(self.transformer.transformer_blocks), dev,
                                                 self._per_block_bytes())
@@ -234,13 +251,15 @@ class Trainer:
         if tc.compile:
             for block in self.transformer.transformer_blocks:
                 block.compile()
-        self.model = self.transformer
+        self.model = self.mv if self.mv is not None else self.transformer
         self.sharded = bool(tc.fsdp and self.dist.world > 1)
+        if self.sharded and self.mv is not None:
+            raise ConfigError("train.fsdp is not supported for the multi-view model yet; use data parallelism")
         if self.sharded:
             self.params = shard_fsdp2(self.transformer, self.amp_dtype if self.amp else None, tc.cpu_offload)
         elif self.dist.world > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(
-                self.transformer, device_ids=[dev.index] if dev.type == "cuda" else None)
+                self.model, device_ids=[dev.index] if dev.type == "cuda" else None)
         fused = tc.fused_adamw and dev.type == "cuda" and not tc.cpu_offload
         self.optimizer = torch.optim.AdamW(self.params, lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps,
                                            weight_decay=tc.weight_decay, fused=fused or None)
@@ -262,7 +281,9 @@ class Trainer:
     # ------------------------------------------------------------------ helpers
     def _latent_shape(self) -> tuple[int, int, int]:
         f = self.data_info["num_frames"] if self.cache_mode else (self.cfg.train.num_frames or self.data_info["num_frames"])
-        return (f - 1) // 4 + 1, self.data_info["height"] // 8, self.data_info["width"] // 8
+        views = len((self.data_info.get("layout") or {}).get("roles") or [0]) if (
+            self.data_info.get("layout") or {}).get("type") == "separate" else 1
+        return views * ((f - 1) // 4 + 1), self.data_info["height"] // 8, self.data_info["width"] // 8
 
     def _per_block_bytes(self) -> float | None:
         try:
@@ -305,7 +326,12 @@ class Trainer:
 
     def _forward_loss(self, x0: torch.Tensor, text: torch.Tensor, seeds: list[int], model=None, **force) -> torch.Tensor:
         model = model or self.model
-        fb = self.objective.prepare(x0, seeds, **force)
+        if self.mv is not None:
+            from worldtune.models.multiview import multiview_flow_batch, unstack_views
+
+            fb = multiview_flow_batch(self.objective, unstack_views(x0, self.mv.num_views), seeds, **force)
+        else:
+            fb = self.objective.prepare(x0, seeds, **force)
         dtype = self.amp_dtype if self.amp else next(self.transformer.parameters()).dtype
         ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
         with ctx:
@@ -369,8 +395,8 @@ class Trainer:
                 x0 = encode(self.pipe.vae, frames_to_pixels(it["frames"])[None])
                 text = encode_prompts(self.pipe, self.spec, [it["prompt"]], "raw").to(self.dist.device)
             for j, s in enumerate(tc.val_sigmas):
-                loss = self._forward_loss(x0, text, [sample_seed(tc.seed + 1, 0, i * 100 + j)], model=self.transformer,
-                                          sigma=[s], num_cond=[1])
+                loss = self._forward_loss(x0, text, [sample_seed(tc.seed + 1, 0, i * 100 + j)],
+                                          model=self.mv or self.transformer, sigma=[s], num_cond=[1])
                 per_sigma[s].append(float(loss))
         out = {f"val_loss@{s:g}": sum(v) / len(v) for s, v in per_sigma.items()}
         out["val_loss"] = sum(out.values()) / len(out)
@@ -386,8 +412,8 @@ class Trainer:
         """
         tc = self.cfg.train
         data = self.val_set if len(self.val_set) else self.train_set
-        if not tc.val_videos or not self.dist.main or self.sharded or len(data) == 0:
-            return []
+        if not tc.val_videos or not self.dist.main or self.sharded or self.mv is not None or len(data) == 0:
+            return []  # multi-view runs generate through worldtune.infer.multiview
         from types import SimpleNamespace
 
         from worldtune.data.video import write_video
@@ -472,7 +498,7 @@ class Trainer:
             if self.dist.main:
                 path = self.ckpt.commit(tmp, self.step, self.state())
         elif self.dist.main:
-            path = self.ckpt.save(self.step, trainable_state_dict(self.transformer), self.optimizer.state_dict(),
+            path = self.ckpt.save(self.step, trainable_state_dict(self.mv or self.transformer), self.optimizer.state_dict(),
                                   self.state(), self.ema)
         self.dist.barrier()
         return path
@@ -509,7 +535,7 @@ class Trainer:
                        optim_state_dict=state["optim"])
 
     def _load_whole(self, source: Path, ck: dict[str, Any]) -> None:
-        named = dict(self.transformer.named_parameters())
+        named = dict((self.mv or self.transformer).named_parameters())
         missing = [k for k in named if named[k].requires_grad and k not in ck["trainable"]]
         if missing:
             raise CheckpointError(f"{source} lacks {len(missing)} trainable tensors (e.g. {missing[0]}): it was made "
@@ -647,6 +673,10 @@ class Trainer:
 
         save_lora(out, peft_state_dict(self.transformer), adapter_metadata(self.transformer), self.spec,
                   self.base_fingerprint)
+        if self.mv is not None:
+            from worldtune.models.multiview import save_multiview_extras
+
+            save_multiview_extras(out, self.mv)
         return out
 
 
