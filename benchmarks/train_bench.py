@@ -36,7 +36,7 @@ import time
 import traceback
 import types
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -154,7 +154,6 @@ class Ctx:
     spec: object
     shapes: dict[str, Shape]
     peak_flops: float | None = None
-    reference: dict = field(default_factory=dict)  # eager loss/grads for the numerics check
 
     @property
     def cuda(self) -> bool:
