@@ -159,8 +159,9 @@ class TrainConfig(Section):
     text_dropout: float = 0.2
     # memory / speed
     mixed_precision: Literal["bf16", "fp16", "no"] = "bf16"
-    grad_checkpointing: str = "auto"  # off | all | every:N | blocks:N | auto
+    grad_checkpointing: str = "auto"  # off | all | selective | every:N | blocks:N | auto
     compile: bool = False  # regional torch.compile of each transformer block
+    fused_adaln: bool = True  # adaLN modulation per frame instead of per token (same numbers, less work)
     fused_adamw: bool = True  # on CUDA
     attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
     view_attention: Literal["joint", "per_view"] = "joint"  # multi-view model (datasets with separate views)

@@ -126,7 +126,7 @@ def _cache_available(cfg: WorldtuneConfig, spec) -> bool:
 
 # ---------------------------------------------------------------------------------- checkpointing
 def choose_checkpointing(setting: str, num_blocks: int, device: torch.device,
-                         per_block_bytes: float | None = None) -> list[int]:
+                         per_block_bytes: float | None = None, reserve_bytes: float = 0.0) -> list[int]:
     """Indices of the blocks to recompute in the backward pass.
 
     `auto` keeps activations of as many blocks as the GPU's free memory allows (recomputing costs
@@ -145,7 +145,7 @@ def choose_checkpointing(setting: str, num_blocks: int, device: torch.device,
         if device.type != "cuda" or not per_block_bytes:
             return []
         free, _ = torch.cuda.mem_get_info(device)
-        budget = 0.80 * free
+        budget = 0.80 * (free - reserve_bytes)
         keep = int(min(num_blocks, max(0, budget // per_block_bytes)))
         return list(range(num_blocks - keep))
     raise ConfigError(f"train.grad_checkpointing={setting!r}: use off, all, every:N, blocks:N or auto")
@@ -245,12 +245,20 @@ class Trainer:
             self.mv = MultiViewTransformer(self.transformer, len(roles), attention=tc.view_attention, roles=roles).to(dev)
             self.params += self.mv.extra_parameters()
         self.n_trainable = sum(p.numel() for p in self.params)
-        self.ckpt_blocks = choose_checkpointing(tc.grad_checkpointing, len(self.transformer.transformer_blocks), dev,
-                                                self._per_block_bytes())
-        apply_checkpointing(self.transformer, self.ckpt_blocks)
-        if tc.compile:
-            for block in self.transformer.transformer_blocks:
-                block.compile()
+        from worldtune.train.speed import apply_selective_checkpointing, apply_speed
+
+        self.speed = apply_speed(self.transformer, fused_adaln=tc.fused_adaln, compile=tc.compile,
+                                 attention=tc.attention_backend)
+        n_blocks = len(self.transformer.transformer_blocks)
+        if tc.grad_checkpointing == "selective":  # recompute all but attention, which is kept
+            self.ckpt_blocks = list(range(n_blocks))
+            apply_selective_checkpointing(self.transformer, self.ckpt_blocks)
+        else:
+            # optimizer states (AdamW: 8 B/param) and gradients (4 B) do not exist yet: reserve them
+            reserve = 12 * sum(p.numel() for p in self.params)
+            self.ckpt_blocks = choose_checkpointing(tc.grad_checkpointing, n_blocks, dev, self._per_block_bytes(),
+                                                    reserve_bytes=reserve)
+            apply_checkpointing(self.transformer, self.ckpt_blocks)
         self.model = self.mv if self.mv is not None else self.transformer
         self.sharded = bool(tc.fsdp and self.dist.world > 1)
         if self.sharded and self.mv is not None:
@@ -286,23 +294,21 @@ class Trainer:
         return views * ((f - 1) // 4 + 1), self.data_info["height"] // 8, self.data_info["width"] // 8
 
     def _per_block_bytes(self) -> float | None:
-        try:
-            from worldtune.models.flops import block_activation_bytes
-        except ImportError:
-            return None
-        t, h, w = self._latent_shape()
-        return block_activation_bytes(self.spec.transformer, t, h, w, batch=self.cfg.train.batch_size)
+        from worldtune.train.speed import per_block_bytes
 
-    def _flops_per_sample(self) -> float | None:
-        try:
-            from worldtune.models.flops import train_step_flops
-        except ImportError:
-            return None
         t, h, w = self._latent_shape()
-        try:
-            return float(train_step_flops(self.spec.transformer, t, h, w, text_len=self.spec.max_sequence_length))
-        except TypeError:
-            return None
+        tc = self.cfg.train
+        return per_block_bytes(self.spec, t, h, w, batch=tc.batch_size, mode=tc.mode, fused_adaln=tc.fused_adaln,
+                               rank=tc.lora.rank)
+
+    def _flops_per_sample(self) -> float:
+        """Model FLOPs of one sample's step (3 x forward), for MFU."""
+        from worldtune.models.flops import train_step_flops
+
+        t, h, w = self._latent_shape()  # latent frames (all views), latent height and width
+        return float(train_step_flops(self.spec.transformer, 4 * (t - 1) + 1, h * 8, w * 8,
+                                      text_tokens=self.spec.max_sequence_length,
+                                      per_token_timestep=not self.cfg.train.fused_adaln))
 
     def _batch(self, indices: list[int], positions: list[int], micro: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Clean latents, text embeddings and per-sample seeds of this process's micro-batch."""
@@ -569,7 +575,7 @@ class Trainer:
                "family": self.spec.family, "base_fingerprint": self.base_fingerprint,
                "trainable_params": self.n_trainable, "world_size": self.dist.world,
                "device": str(self.dist.device), "cache": self.cache_mode, "projected_text": self.projected_text,
-               "checkpointed_blocks": len(self.ckpt_blocks), "dataset": self.cfg.train.dataset,
+               "checkpointed_blocks": len(self.ckpt_blocks), "speed": self.speed, "dataset": self.cfg.train.dataset,
                "lora": self.cfg.train.lora.model_dump() if self.cfg.train.mode != "full" else None,
                **(extra or {})}
         (self.out / "run.json").write_text(json.dumps(run, indent=1, default=str))
