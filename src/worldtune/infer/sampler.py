@@ -60,6 +60,7 @@ def condition_video(pipe, frames: np.ndarray | None, num_frames: int, height: in
     return video, n_in
 
 
+@torch.no_grad()
 def prepare(pipe, frames: np.ndarray | None, noise: torch.Tensor, num_frames: int, height: int, width: int,
             cond_latent_frames: int = 1, as_image: bool = True) -> Conditioning:
     """Encode the conditioning frames and build mask and indicator (the pipeline's own prepare_latents)."""
