@@ -159,8 +159,11 @@ class TrainConfig(Section):
     text_dropout: float = 0.2
     # memory / speed
     mixed_precision: Literal["bf16", "fp16", "no"] = "bf16"
-    grad_checkpointing: str = "auto"  # off | all | selective | every:N | blocks:N | auto
-    compile: bool = False  # regional torch.compile of each transformer block
+    # off | all | selective | every:N | blocks:N | auto. auto on CUDA = selective (recompute all but
+    # attention: fastest measured on an H200, docs/benchmarks.md); on CPU = off
+    grad_checkpointing: str = "auto"
+    memory_auto: bool = False  # with auto: keep as many whole blocks as free memory allows instead
+    compile: bool | None = None  # regional torch.compile of each block; None = on CUDA (measured fastest), off on CPU
     fused_adaln: bool = True  # adaLN modulation per frame instead of per token (same numbers, less work)
     fused_adamw: bool = True  # on CUDA
     attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA

@@ -247,10 +247,13 @@ class Trainer:
         self.n_trainable = sum(p.numel() for p in self.params)
         from worldtune.train.speed import apply_selective_checkpointing, apply_speed
 
-        self.speed = apply_speed(self.transformer, fused_adaln=tc.fused_adaln, compile=tc.compile,
+        compile_blocks = tc.compile if tc.compile is not None else dev.type == "cuda"
+        self.speed = apply_speed(self.transformer, fused_adaln=tc.fused_adaln, compile=compile_blocks,
                                  attention=tc.attention_backend)
         n_blocks = len(self.transformer.transformer_blocks)
-        if tc.grad_checkpointing == "selective":  # recompute all but attention, which is kept
+        selective = tc.grad_checkpointing == "selective" or (
+            tc.grad_checkpointing == "auto" and dev.type == "cuda" and not tc.memory_auto)
+        if selective:  # recompute all but attention, whose outputs are kept
             self.ckpt_blocks = list(range(n_blocks))
             apply_selective_checkpointing(self.transformer, self.ckpt_blocks)
         else:
