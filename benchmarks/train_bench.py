@@ -339,7 +339,8 @@ def run_flow(ctx: Ctx, v: Variant, row: dict, log) -> None:
     if full:  # full fine-tuning trains crossattn_proj, so it needs the raw embeddings
         text = torch.randn(v.batch, shape.text_tokens, ctx.spec.text_embed_dim, generator=gen).to(dev, dtype)
     else:  # adapters: the projected embedding is cached, as the trainer does with a projected cache
-        model.crossattn_proj = torch.nn.Identity()
+        if hasattr(model, "crossattn_proj"):  # Predict2 (T5) has no projection: its text is already 1024-d
+            model.crossattn_proj = torch.nn.Identity()
         text = torch.randn(v.batch, shape.text_tokens, ctx.spec.transformer["text_embed_dim"],
                            generator=gen).to(dev, dtype)
     params = apply_training_mode(model, v.mode, lora_settings(ctx.args.rank))
@@ -514,6 +515,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 2; tiny 1)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 4; tiny 2); half at 704x1280")
     p.add_argument("--rank", type=int, default=32)
+    p.add_argument("--model", default="cosmos-predict2.5-2b",
+                   help="registry spec of the real-size model (e.g. cosmos-predict2-14b for issue 6's LoRA step)")
     p.add_argument("--budget-s", type=float, default=540.0,
                    help="skip a variant whose rough cost would end past this many seconds (0 = no limit)")
     p.add_argument("--list", action="store_true", help="print the variants and exit")
@@ -545,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = get_spec("tiny-predict2.5")
         shapes = {"low": Shape(9, 32, 48, 16), "high": Shape(9, 48, 80, 16)}
     else:
-        spec = get_spec("cosmos-predict2.5-2b")
+        spec = get_spec(args.model)
         shapes = {"low": Shape(93, 432, 768, 512), "high": Shape(93, 704, 1280, 512)}
     ctx = Ctx(args, device, spec, shapes)
     variants = select(args)
