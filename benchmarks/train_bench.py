@@ -53,35 +53,7 @@ from worldtune.train import speed  # noqa: E402
 from worldtune.train.adapters import apply_training_mode  # noqa: E402
 from worldtune.train.flow import FlowMatchingLoss, sample_seed, transformer_inputs  # noqa: E402
 
-try:  # the trainer imports worldtune.config (pydantic); carry its wheels, or use the same policy below
-    from worldtune.train.trainer import apply_checkpointing, choose_checkpointing
-    TRAINER_IMPORTED = True
-except ImportError:
-    TRAINER_IMPORTED = False
-
-    def choose_checkpointing(setting, num_blocks, device, per_block_bytes=None):
-        """Stand-in with the trainer's policy for 'all' and 'auto' (used only if it cannot import)."""
-        if setting == "all":
-            return list(range(num_blocks))
-        if setting == "off" or device.type != "cuda" or not per_block_bytes:
-            return []
-        free, _ = torch.cuda.mem_get_info(device)
-        keep = int(min(num_blocks, max(0, (0.80 * free) // per_block_bytes)))
-        return list(range(num_blocks - keep))
-
-    def apply_checkpointing(transformer, blocks):
-        from functools import partial
-
-        from torch.utils.checkpoint import checkpoint
-
-        def _ckpt(fwd, *args, **kwargs):
-            if torch.is_grad_enabled():
-                return checkpoint(fwd, *args, use_reentrant=False, **kwargs)
-            return fwd(*args, **kwargs)
-
-        for i in blocks:
-            block = transformer.transformer_blocks[i]
-            block.forward = partial(_ckpt, block.forward)
+from worldtune.train.trainer import apply_checkpointing, choose_checkpointing  # noqa: E402  (needs pydantic)
 
 GIB = 2**30
 BF16 = torch.bfloat16
@@ -473,7 +445,6 @@ def meta(ctx: Ctx) -> dict:
          "device": torch.cuda.get_device_name(ctx.device) if ctx.cuda else platform.processor() or "cpu",
          "spec": ctx.spec.name, "shapes": {k: asdict(s) for k, s in ctx.shapes.items()},
          "lora_rank": ctx.args.rank, "warmup": ctx.args.warmup, "steps": ctx.args.steps,
-         "trainer_imported": TRAINER_IMPORTED,
          "flops_convention": "3 x forward, adaLN modulation per frame (models/flops.py per_token_timestep=False)"}
     if ctx.cuda:
         m["cudnn"] = torch.backends.cudnn.version()

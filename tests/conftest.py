@@ -6,6 +6,7 @@ Building the tiny model (and caching latents with it) costs seconds; sharing the
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.train.fake_dataset import write_fake_dataset
 from worldtune.config import load_config
@@ -29,3 +30,12 @@ def cached_dataset(tmp_path_factory, tiny_model_dir) -> Path:
         cache_run(load_config(None, ["--model.path", str(tiny_model_dir), "--cache.dataset", str(root),
                                      "--cache.text", kind, "--cache.dtype", "fp32"]))
     return root
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matmuls run fastest on one thread; on a shared 2-core box more threads only contend."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -22,12 +22,7 @@ ROLES = ["exterior_1", "exterior_2", "wrist"]
 F = 5  # 2 latent frames per view
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _first_frames() -> dict[str, np.ndarray]:

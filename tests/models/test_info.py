@@ -12,7 +12,7 @@ from torch.autograd.graph import saved_tensors_hooks
 from worldtune.errors import ModelError
 from worldtune.models.build import build_transformer
 from worldtune.models.info import print_info
-from worldtune.models.memory import GIB, BlockDims, block_bytes_per_text_token, block_bytes_per_token, \
+from worldtune.models.memory import BlockDims, block_bytes_per_text_token, block_bytes_per_token, \
     estimate_activations, memory_lines, plan
 from worldtune.models.params import count_transformer_params, largest_block_params
 from worldtune.models.registry import get_spec

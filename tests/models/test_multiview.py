@@ -20,13 +20,7 @@ from worldtune.train.flow import FlowMatchingLoss, transformer_inputs
 V, T, H, W, B = 3, 3, 8, 12, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls run fastest on one thread; on a shared 2-core box more threads only contend."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

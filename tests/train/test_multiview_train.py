@@ -17,13 +17,7 @@ from worldtune.errors import DatasetError
 ROLES = ["exterior_1", "exterior_2", "wrist"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls run fastest on one thread; on a shared 2-core box more threads only contend."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -126,51 +126,64 @@ def default_cache_dir(dataset: str | Path, key: str) -> Path:
     return Path(dataset) / "cache" / key
 
 
+def _row_encoder(dataset: str, info: dict[str, Any], vae):
+    """What one manifest row caches: {key: latents}, for packed (grid/single) or separate views."""
+    from worldtune.data.dataset import read_clip_frames
+    from worldtune.models.latents import encode, frames_to_pixels
+
+    if (info.get("layout") or {}).get("type") == "separate":
+        from worldtune.data.multiview_cache import dataset_roles, encode_views, read_view_frames, view_key
+
+        roles = dataset_roles(info, dataset)
+
+        def views(row: dict[str, Any]) -> dict[str, torch.Tensor]:
+            lat = encode_views(vae, read_view_frames(dataset, row, roles))
+            return {view_key(row["clip_id"], r): v for r, v in lat.items()}
+        return views, [lambda row, r=r: view_key(row["clip_id"], r) for r in roles], {"layout": "separate",
+                                                                                      "views": roles}
+
+    def packed(row: dict[str, Any]) -> dict[str, torch.Tensor]:
+        return {row["clip_id"]: encode(vae, frames_to_pixels(read_clip_frames(dataset, row)).unsqueeze(0))[0]}
+    return packed, [lambda row: row["clip_id"]], {}
+
+
 def run(cfg) -> dict[str, Any]:
-    """Encode every clip of a prepared dataset and every unique prompt (plus the empty prompt)."""
+    """Encode every clip (every view of it, for separate-views datasets) and every unique prompt."""
     from rich.console import Console
     from rich.progress import track
     from rich.table import Table
 
-    from worldtune.data.dataset import read_dataset, read_clip_frames
-    from worldtune.models.latents import encode, frames_to_pixels
+    from worldtune.data.dataset import read_dataset
     from worldtune.models.load import load_pipeline
 
     ccfg = cfg.cache
     info, manifest = read_dataset(ccfg.dataset)
-    if (info.get("layout") or {}).get("type") == "separate":  # one latent per camera view
-        from worldtune.data import multiview_cache
-
-        return multiview_cache.run(cfg)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if ccfg.device == "auto" else ccfg.device
     pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if device == "cuda" else "fp32",
                                device=device, seed=cfg.model.seed)
+    encode_row, keys_of, extra = _row_encoder(ccfg.dataset, info, pipe.vae)
     text_kind = resolve_text_kind(ccfg.text, spec.family)
     settings = cache_settings(cfg, info, spec, text_kind)
     out = Path(ccfg.out) if ccfg.out else default_cache_dir(ccfg.dataset, settings["key"])
     out.mkdir(parents=True, exist_ok=True)
     info_out = {"format": FORMAT, "version": VERSION, **settings, "dtype": ccfg.dtype,
-                "dataset": str(Path(ccfg.dataset).resolve()), "family": spec.family}
+                "dataset": str(Path(ccfg.dataset).resolve()), "family": spec.family, **extra}
     if (out / "info.json").is_file():
         LatentCache(out).check({k: info_out[k] for k in ("key", "model_id", "text_kind", "dtype")})
     else:
         (out / "info.json").write_text(json.dumps(info_out, indent=1))
     cache = LatentCache(out)
     store = DTYPES[ccfg.dtype]
-    todo = [r for r in manifest if r["clip_id"] not in cache.clip_ids]
-    done_clips, failed = len(manifest) - len(todo), []
+    todo = [r for r in manifest if not all(k(r) in cache.clip_ids for k in keys_of)]
+    failed: list[str] = []
     shard = len(list(out.glob("latents-*.safetensors")))
     for start in track(range(0, len(todo), ccfg.batch_size), description="VAE latents", transient=True):
-        rows = todo[start:start + ccfg.batch_size]
         tensors = {}
-        for row in rows:
+        for row in todo[start:start + ccfg.batch_size]:
             try:
-                frames = read_clip_frames(ccfg.dataset, row)
+                tensors.update({k: v.to(store) for k, v in encode_row(row).items()})
             except DatasetError as e:
                 failed.append(f"{row['clip_id']}: {e}")
-                continue
-            pix = frames_to_pixels(frames).unsqueeze(0)
-            tensors[row["clip_id"]] = encode(pipe.vae, pix)[0].to(store)
         if tensors:
             _atomic_save(tensors, out / f"latents-{shard:06d}.safetensors")
             shard += 1
@@ -182,9 +195,9 @@ def run(cfg) -> dict[str, Any]:
         emb = encode_prompts(pipe, spec, batch, text_kind)
         _atomic_save({prompt_key(p): e.to(store) for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
         tshard += 1
-    summary = {"cache": str(out), "clips": len(manifest), "encoded": len(todo) - len(failed),
-               "already": done_clips, "failed": len(failed), "prompts": len(prompts),
-               "new_prompts": len(todo_p), "text_kind": text_kind, "device": device}
+    summary = {"cache": str(out), "clips": len(manifest), "views": ",".join(extra.get("views", [])) or "packed",
+               "encoded": len(todo) - len(failed), "already": len(manifest) - len(todo), "failed": len(failed),
+               "prompts": len(prompts), "new_prompts": len(todo_p), "text_kind": text_kind, "device": device}
     table = Table(title="worldtune cache")
     table.add_column("item")
     table.add_column("value")

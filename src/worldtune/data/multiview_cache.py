@@ -18,9 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from worldtune.data.cache import (
-    DTYPES, FORMAT, VERSION, LatentCache, _atomic_save, cache_settings, default_cache_dir, encode_prompts,
-    prompt_key, resolve_text_kind)
+from worldtune.data.cache import LatentCache
 from worldtune.errors import DatasetError
 
 
@@ -67,74 +65,13 @@ def encode_views(vae, frames: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 
 def run(cfg) -> dict[str, Any]:
-    """Encode every view of every clip of a separate-views dataset, and every unique prompt.
-
-    The counterpart of `worldtune.data.cache.run` (same config section `cache`, same folder and
-    info.json, resumable shard by shard); a clip with an unreadable or missing view is skipped
-    and counted.
-    """
-    from rich.console import Console
-    from rich.progress import track
-    from rich.table import Table
-
+    """Cache a separate-views dataset: `worldtune.data.cache.run` does it (one latent per view)."""
+    from worldtune.data.cache import run as cache_run
     from worldtune.data.dataset import read_dataset
-    from worldtune.models.load import load_pipeline
 
-    ccfg = cfg.cache
-    info, manifest = read_dataset(ccfg.dataset)
-    roles = dataset_roles(info, ccfg.dataset)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if ccfg.device == "auto" else ccfg.device
-    pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if device == "cuda" else "fp32",
-                               device=device, seed=cfg.model.seed)
-    text_kind = resolve_text_kind(ccfg.text, spec.family)
-    settings = cache_settings(cfg, info, spec, text_kind)
-    out = Path(ccfg.out) if ccfg.out else default_cache_dir(ccfg.dataset, settings["key"])
-    out.mkdir(parents=True, exist_ok=True)
-    info_out = {"format": FORMAT, "version": VERSION, **settings, "dtype": ccfg.dtype,
-                "dataset": str(Path(ccfg.dataset).resolve()), "family": spec.family,
-                "layout": "separate", "views": roles}
-    if (out / "info.json").is_file():
-        LatentCache(out).check({k: info_out[k] for k in ("key", "model_id", "text_kind", "dtype")})
-    else:
-        (out / "info.json").write_text(json.dumps(info_out, indent=1))
-    cache = LatentCache(out)
-    store = DTYPES[ccfg.dtype]
-    todo = [r for r in manifest if not all(view_key(r["clip_id"], role) in cache.clip_ids for role in roles)]
-    failed: list[str] = []
-    shard = len(list(out.glob("latents-*.safetensors")))
-    for start in track(range(0, len(todo), ccfg.batch_size), description="VAE latents (per view)", transient=True):
-        tensors = {}
-        for row in todo[start:start + ccfg.batch_size]:
-            try:
-                frames = read_view_frames(ccfg.dataset, row, roles)
-            except DatasetError as e:
-                failed.append(f"{row['clip_id']}: {e}")
-                continue
-            for role, lat in encode_views(pipe.vae, frames).items():
-                tensors[view_key(row["clip_id"], role)] = lat.to(store)
-        if tensors:
-            _atomic_save(tensors, out / f"latents-{shard:06d}.safetensors")
-            shard += 1
-    prompts = sorted({r["prompt"] for r in manifest} | {""})
-    todo_p = [p for p in prompts if prompt_key(p) not in cache.prompt_keys]
-    tshard = len(list(out.glob("text-*.safetensors")))
-    for start in track(range(0, len(todo_p), ccfg.batch_size), description="text embeddings", transient=True):
-        batch = todo_p[start:start + ccfg.batch_size]
-        emb = encode_prompts(pipe, spec, batch, text_kind)
-        _atomic_save({prompt_key(p): e.to(store) for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
-        tshard += 1
-    summary = {"cache": str(out), "clips": len(manifest), "views": ",".join(roles),
-               "encoded": len(todo) - len(failed), "already": len(manifest) - len(todo), "failed": len(failed),
-               "prompts": len(prompts), "new_prompts": len(todo_p), "text_kind": text_kind, "device": device}
-    table = Table(title="worldtune cache (separate views)")
-    table.add_column("item")
-    table.add_column("value")
-    for k, v in summary.items():
-        table.add_row(k, str(v))
-    Console().print(table)
-    for f in failed:
-        Console(stderr=True).print(f"[yellow]skipped[/] {f}")
-    return summary
+    info, _ = read_dataset(cfg.cache.dataset)
+    dataset_roles(info, cfg.cache.dataset)  # refuse a packed dataset here, in one line
+    return cache_run(cfg)
 
 
 class MultiViewCachedClips:

@@ -300,7 +300,7 @@ def run(cfg: Any) -> dict[str, Any]:
                                f"<p>{html.escape(instr)}</p><div class='cells'>{''.join(parts)}</div></div>")
 
     run_notes = "".join(f"<li>{html.escape(r['name'])}: {html.escape(r['note'])}</li>" for r in runs if r["note"])
-    loss_html = (f"<img src='assets/loss.png' alt='training loss'>" if loss_png else
+    loss_html = ("<img src='assets/loss.png' alt='training loss'>" if loss_png else
                  "<p>No training loss curves (no run folders with metrics.jsonl were given in report.runs).</p>")
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(cfg.title)}</title><style>{CSS}</style></head>

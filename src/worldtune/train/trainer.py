@@ -206,7 +206,6 @@ class Trainer:
         self.dist = Dist()
         self.out = Path(tc.out)
         self.spec = resolve_spec(cfg.model.name, cfg.model.path)
-        h = self.spec.transformer
         self.cache_mode = _cache_available(cfg, self.spec)
         self.cache, self.train_set, self.val_set, self.data_info = _build_data(cfg, self.spec, self.cache_mode)
         if len(self.train_set) == 0:
