@@ -1,16 +1,24 @@
-"""Generation speed, side by side: the diffusers pipeline vs worldtune's sampler (batched guidance, compile).
+"""Generation speed, side by side: the diffusers pipeline vs worldtune's sampler and its speed switches.
 
 Builds a random-initialised Cosmos-Predict2.5 2B (transformer + Wan VAE from the registry, in bf16
 on CUDA; the 7B text encoder is skipped and replaced by random prompt embeddings of the real shape
-[1, 512, 100352]) and generates one image2world video three ways with the same seed:
+[1, 512, 100352]) and generates one image2world video several ways with the same seed:
 
-  (a) pipeline  - Cosmos2_5_PredictBasePipeline.__call__ with prompt_embeds (2 DiT calls per step)
-  (b) batched   - worldtune.infer.sampler, cond and uncond in one batch-2 DiT call per step
-  (c) compiled  - (b) with every transformer block torch.compile'd (CUDA only)
+  pipeline  Cosmos2_5_PredictBasePipeline.__call__ with prompt_embeds (2 DiT calls per step, VAE-encodes
+            the whole image-plus-black video)
+  pipeline_flash  the same with SDPA pinned to the flash kernel instead of PyTorch's pick (cuDNN on an
+            H200): another correct bf16 attention, so its difference from `pipeline` is the bf16 noise
+            floor against which the other variants' differences are read
+  batched   worldtune.infer.sampler: cond and uncond in one batch-2 DiT call per step, only the
+            conditioning frame VAE-encoded
+  fused     + per-frame adaLN (models/speed.py)
+  fast      + every transformer block torch.compile'd (CUDA only): what `worldtune generate` runs on CUDA
+  fast_b1   fast with the two guidance branches as two batch-1 calls (generate.batch_guidance = false)
 
-It reports seconds per video, DiT forward time, VAE decode time, peak GPU memory, and the max abs
-difference of each video from (a). Each variant runs once untimed (warm-up: cuDNN autotuning,
-compilation) with 2 steps, then timed.
+Switches stay on once applied, so variants run in the order given and each adds to the last
+(`--variants` may leave some out). It reports seconds per video, DiT forward time, VAE encode and
+decode time, peak GPU memory, and the max abs difference of each video from the first variant's.
+Each variant runs once untimed with 2 steps (warm-up: cuDNN autotuning, compilation), then timed.
 
     python benchmarks/generate_bench.py                      # real size, CUDA: 93x432x768, 36 steps
     python benchmarks/generate_bench.py --tiny --steps 2     # CPU smoke test on the tiny spec
@@ -29,6 +37,12 @@ import numpy as np
 import torch
 
 
+# variant -> (worldtune sampler, batch guidance, fused adaLN, compiled blocks, SDPA kernel pinned)
+VARIANTS = {"pipeline": (False, False, False, False, None), "pipeline_flash": (False, False, False, False, "flash"),
+            "batched": (True, True, False, False, None), "fused": (True, True, True, False, None),
+            "fast": (True, True, True, True, None), "fast_b1": (True, False, True, True, None)}
+
+
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="tiny spec on any device (smoke test)")
@@ -38,7 +52,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--width", type=int, default=None, help="default 768 (tiny: 48)")
     p.add_argument("--guidance", type=float, default=7.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--variants", default="pipeline,batched,compiled")
+    p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--json", default="generate_bench.json", help="where to write the results")
     return p.parse_args()
@@ -66,9 +80,9 @@ class ForwardTimer:
 
 
 @contextmanager
-def timed_decode(pipe, sink: list[float], device: torch.device):
-    """Time vae.decode calls made inside the block (the pipeline calls it internally)."""
-    orig = pipe.vae.decode
+def timed(module, method: str, sink: list[float], device: torch.device):
+    """Time `module.<method>` calls made inside the block (the pipeline calls the VAE internally)."""
+    orig = getattr(module, method)
 
     def wrapped(*a, **k):
         if device.type == "cuda":
@@ -80,11 +94,11 @@ def timed_decode(pipe, sink: list[float], device: torch.device):
         sink.append(time.perf_counter() - t0)
         return out
 
-    pipe.vae.decode = wrapped
+    setattr(module, method, wrapped)
     try:
         yield
     finally:
-        pipe.vae.decode = orig
+        setattr(module, method, orig)
 
 
 def build(args: argparse.Namespace, device: torch.device):
@@ -109,7 +123,7 @@ def build(args: argparse.Namespace, device: torch.device):
 
 
 def run_variant(name: str, pipe, args, frames: np.ndarray, pos, neg, steps: int, device: torch.device):
-    """One video; returns (video float [T,H,W,3], seconds, forward times, decode times)."""
+    """One video; returns (video float [T,H,W,3], seconds, VAE encode times, VAE decode times)."""
     from PIL import Image
 
     from worldtune.infer import sampler
@@ -117,22 +131,53 @@ def run_variant(name: str, pipe, args, frames: np.ndarray, pos, neg, steps: int,
 
     h, w, f = args.height, args.width, args.frames
     noise = initial_noise(args.seed, (1, 16, (f - 1) // 4 + 1, h // 8, w // 8))
+    ours, batch, *_, attention = VARIANTS[name]
+    encode_s: list[float] = []
     decode_s: list[float] = []
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
-    with timed_decode(pipe, decode_s, device):
-        if name == "pipeline":
+    from worldtune.models.speed import set_attention
+
+    set_attention(pipe.transformer, attention)  # the DiT's blocks only: the VAE's heads (384) have no flash kernel
+    with timed(pipe.vae, "encode", encode_s, device), timed(pipe.vae, "decode", decode_s, device):
+        if not ours:
             video = pipe(image=Image.fromarray(frames[0]), prompt_embeds=pos, negative_prompt_embeds=neg, latents=noise,
                          height=h, width=w, num_frames=f, num_inference_steps=steps, guidance_scale=args.guidance,
                          output_type="np").frames[0]
         else:
             cond = sampler.prepare(pipe, frames, noise, f, h, w)
-            latents = sampler.denoise(pipe, cond, pos, neg, steps, args.guidance, batch_guidance=True)
+            latents = sampler.denoise(pipe, cond, pos, neg, steps, args.guidance, batch_guidance=batch)
             video = sampler.decode(pipe, latents, f)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return video, time.perf_counter() - t0, decode_s
+    return video, time.perf_counter() - t0, encode_s, decode_s
+
+
+def switch_on(pipe, name: str, applied: set[str], device: torch.device) -> bool:
+    """Apply the variant's speed switches (they cannot be undone); False if it cannot run here."""
+    from worldtune.models.speed import compile_blocks, fuse_adaln_per_frame
+
+    _, _, fused, compiled, attention = VARIANTS[name]
+    if attention in ("cudnn", "flash") and device.type != "cuda":
+        print(f"skip {name}: SDPA {attention} needs CUDA")
+        return False
+    if compiled and device.type != "cuda":
+        print(f"skip {name}: regional compile is benchmarked on CUDA only")
+        return False
+    for switch, wanted, apply in (("fused", fused, fuse_adaln_per_frame), ("compile", compiled, compile_blocks)):
+        if wanted and switch not in applied:
+            apply(pipe.transformer)
+            applied.add(switch)
+        elif not wanted and switch in applied:
+            raise SystemExit(f"variant {name} runs without {switch}, which an earlier variant applied: reorder --variants")
+    return True
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float | None:
+    """PSNR of two [0, 1] videos in dB (None when identical)."""
+    mse = float(np.mean((a.astype(np.float64) - b) ** 2))
+    return round(10 * np.log10(1.0 / mse), 2) if mse > 0 else None
 
 
 def main() -> None:
@@ -145,28 +190,28 @@ def main() -> None:
     timer = ForwardTimer(pipe.transformer, device)
     frames = np.random.default_rng(args.seed).integers(0, 256, (1, args.height, args.width, 3), dtype=np.uint8)
 
-    results, ref = [], None
+    results, ref, applied = [], None, set()
     for name in args.variants.split(","):
-        if name == "compiled":
-            if device.type != "cuda":
-                print("skip compiled: regional compile is benchmarked on CUDA only")
-                continue
-            from worldtune.infer.speed import compile_blocks
-
-            compile_blocks(pipe.transformer)
+        if name not in VARIANTS:
+            raise SystemExit(f"unknown variant {name!r}: choose from {', '.join(VARIANTS)}")
+        if not switch_on(pipe, name, applied, device):
+            continue
         run_variant(name, pipe, args, frames, pos, neg, min(2, args.steps), device)  # warm-up
         timer.times.clear()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        video, seconds, decode_s = run_variant(name, pipe, args, frames, pos, neg, args.steps, device)
+        video, seconds, encode_s, decode_s = run_variant(name, pipe, args, frames, pos, neg, args.steps, device)
         ref = video if ref is None else ref
         results.append({
             "variant": name, "seconds_per_video": round(seconds, 3),
             "dit_calls": len(timer.times), "dit_forward_ms": round(1e3 * float(np.mean(timer.times)), 2),
             "dit_ms_per_step": round(1e3 * sum(timer.times) / args.steps, 2),
-            "vae_decode_s": round(sum(decode_s), 3),
+            "vae_encode_s": round(sum(encode_s), 3), "vae_decode_s": round(sum(decode_s), 3),
             "peak_mem_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
             "max_abs_diff_vs_first": float(np.abs(video - ref).max()),
+            "mean_abs_diff_vs_first": float(np.abs(video - ref).mean()),
+            "psnr_vs_first_db": psnr(video, ref),
+            "speedup_vs_first": round(results[0]["seconds_per_video"] / seconds, 3) if results else 1.0,
         })
     report(args, spec, device, results)
 
@@ -185,15 +230,18 @@ def report(args, spec, device: torch.device, results: list[dict]) -> None:
     }
     table = Table(title=f"{spec.name} {args.frames}x{args.height}x{args.width}, {args.steps} steps, "
                         f"guidance {args.guidance:g} on {meta['device']}")
-    cols = ["variant", "s/video", "DiT calls", "DiT fwd ms", "DiT ms/step", "VAE decode s", "peak GiB", "max|diff| vs first"]
+    cols = ["variant", "s/video", "speed-up", "DiT calls", "DiT fwd ms", "DiT ms/step", "VAE enc s", "VAE dec s",
+            "peak GiB", "max|diff|", "mean|diff|", "PSNR dB"]
     for c in cols:
         table.add_column(c, justify="left" if c == "variant" else "right")
     for r in results:
-        table.add_row(r["variant"], f"{r['seconds_per_video']:.2f}", str(r["dit_calls"]), f"{r['dit_forward_ms']:.1f}",
-                      f"{r['dit_ms_per_step']:.1f}", f"{r['vae_decode_s']:.2f}",
+        table.add_row(r["variant"], f"{r['seconds_per_video']:.2f}", f"{r['speedup_vs_first']:.2f}x", str(r["dit_calls"]),
+                      f"{r['dit_forward_ms']:.1f}", f"{r['dit_ms_per_step']:.1f}", f"{r['vae_encode_s']:.2f}",
+                      f"{r['vae_decode_s']:.2f}",
                       "-" if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}",
-                      f"{r['max_abs_diff_vs_first']:.2e}")
-    Console(width=140).print(table)
+                      f"{r['max_abs_diff_vs_first']:.2e}", f"{r['mean_abs_diff_vs_first']:.2e}",
+                      "-" if r["psnr_vs_first_db"] is None else f"{r['psnr_vs_first_db']:.1f}")
+    Console(width=180).print(table)
     Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(f"wrote {args.json}")
 

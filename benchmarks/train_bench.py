@@ -49,7 +49,7 @@ from worldtune.models.build import build_transformer, build_vae  # noqa: E402
 from worldtune.models.flops import train_step_flops  # noqa: E402
 from worldtune.models.latents import encode  # noqa: E402
 from worldtune.models.registry import get_spec  # noqa: E402
-from worldtune.train import speed  # noqa: E402
+from worldtune.models import speed  # noqa: E402
 from worldtune.train.adapters import apply_training_mode  # noqa: E402
 from worldtune.train.flow import FlowMatchingLoss, sample_seed, transformer_inputs  # noqa: E402
 

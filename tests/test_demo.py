@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
     out = tmp_path / "demo"
-    p = subprocess.run([sys.executable, "-m", "worldtune.cli", "demo", "--out", str(out), "--steps", "40"],
+    p = subprocess.run([sys.executable, "-m", "worldtune.cli", "demo", "--out", str(out), "--steps", "40",
+                        "--compare-views"],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "skipped" not in p.stdout.split("worldtune demo")[-1]  # every stage ran
@@ -29,3 +30,17 @@ def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
     assert (out / "runs" / "lora" / "loss.png").is_file()
     assert (out / "report" / "report.html").is_file()
     assert json.loads((out / "eval" / "results.json").read_text())["format"] == "worldtune.eval"
+
+    # --compare-views: the grid and the three-view model on the same episodes, one evaluation and report
+    cmp = json.loads((out / "compare" / "compare.json").read_text())["branches"]
+    assert cmp["grid"]["tokens_per_latent_frame"] == 28 and cmp["separate"]["tokens_per_latent_frame"] == 24
+    for branch in ("grid", "separate"):
+        train = cmp[branch]["train"]
+        assert train["steps"] == 40 and train["last_loss"] < train["first_loss"], (branch, train)
+    views = [json.loads(x) for x in (out / "compare" / "gen_separate" / "generations.jsonl").read_text().splitlines()]
+    assert {r["model"] for r in views} == {"base", "separate"} and all(r["sampler"] == "multiview" for r in views)
+    assert all(set(r["views"]) == {"exterior_1", "exterior_2", "wrist"} for r in views)
+    models = json.loads((out / "compare" / "eval" / "results.json").read_text())["models"]
+    assert {"gen_grid/base", "gen_separate/base", "grid", "separate", "real:gen_grid", "real:gen_separate"} == set(models)
+    md = (out / "compare" / "report" / "report.md").read_text()
+    assert "run_grid" in md and "run_separate" in md  # both loss curves

@@ -103,11 +103,20 @@ def report(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config
     _stage("worldtune.eval.report")(cfg.report)
 
 
+@app.command(context_settings=_STAGE_CTX)
+def compare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Grid vs separate camera views: both prepared, trained, generated and scored, in one report."""
+    cfg = _resolve(config, ctx, print_config)
+    _stage("worldtune.compare")(cfg)
+
+
 @app.command()
 def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every stage's output"),
-         steps: int = typer.Option(200, "--steps", help="training steps")) -> None:
+         steps: int = typer.Option(200, "--steps", help="training steps"),
+         compare_views: bool = typer.Option(False, "--compare-views",
+                                            help="also train and score the separate-views model beside the grid")) -> None:
     """Run every stage end to end on the tiny model (a few minutes on 2 CPU cores)."""
-    _stage("worldtune.demo")(out, steps=steps)
+    _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views)
 
 
 @app.command()

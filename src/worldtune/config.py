@@ -166,7 +166,7 @@ class TrainConfig(Section):
     compile: bool | None = None  # regional torch.compile of each block; None = on CUDA (measured fastest), off on CPU
     fused_adaln: bool = True  # adaLN modulation per frame instead of per token (same numbers, less work)
     fused_adamw: bool = True  # on CUDA
-    attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
+    attention_backend: str | None = None  # pin SDPA to cudnn, flash, efficient or math; None = PyTorch's choice
     view_attention: Literal["joint", "per_view"] = "joint"  # multi-view model (datasets with separate views)
     fsdp: bool = False  # shard parameters, gradients and optimizer states (FSDP2) across processes
     cpu_offload: bool = False  # FSDP2 CPU offload of parameters and optimizer states
@@ -235,14 +235,14 @@ class GenerateConfig(Section):
     max_inputs: int | None = None
     resize: Literal["pad", "crop"] = "pad"
     split_views: bool = True
-    compile: bool = False
-    batch_guidance: bool = True
+    # speed (none of these changes the output beyond bf16 rounding; docs/benchmarks.md has the numbers)
+    sampler: Literal["worldtune", "pipeline"] = "worldtune"  # worldtune: the pipeline's algorithm, leaner (2.5 only)
+    batch_guidance: bool = True  # both guidance branches in one batch-2 DiT call (worldtune sampler)
+    compile: bool | None = None  # regional torch.compile of each block; None = on CUDA, off on CPU
+    fused_adaln: bool = True  # adaLN modulation per frame instead of per token (worldtune sampler)
     fps: float | None = None  # fps of the written mp4s; None = the model's
     layout: dict[str, Any] | None = None  # camera layout (as in a dataset's info.json) for folder/JSONL inputs
-    attention_backend: str | None = None  # diffusers attention backend name; None = default SDPA
-    view_attention: Literal["joint", "per_view"] = "joint"  # multi-view model (datasets with separate views)
-    fsdp: bool = False  # shard parameters, gradients and optimizer states (FSDP2) across processes
-    cpu_offload: bool = False  # FSDP2 CPU offload of parameters and optimizer states
+    attention_backend: str | None = None  # pin SDPA to cudnn, flash, efficient or math; None = PyTorch's choice
     device: str = "auto"  # auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu
     cond_timestep: float = 1e-4  # timestep of the clean conditioning latent frames (2.5 family)
     max_sequence_length: int | None = None  # text tokens (padded/truncated); None = the model spec's
@@ -305,6 +305,23 @@ class ReportConfig(Section):
     max_examples: int = 12  # example rows (inputs) shown with videos
 
 
+class CompareConfig(Section):
+    """`worldtune compare`: the grid and separate camera views trained, generated and scored side by side."""
+
+    out: str = "demo_out/compare"
+    view_height: int | None = None  # per-view size of the separate branch; None = about the grid's tokens
+    view_width: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "CompareConfig":
+        if (self.view_height is None) != (self.view_width is None):
+            raise ValueError("set both compare.view_height and compare.view_width, or neither")
+        for side, v in (("view_height", self.view_height), ("view_width", self.view_width)):
+            if v is not None and (v <= 0 or v % 16):
+                raise ValueError(f"compare.{side} must be a positive multiple of 16, got {v}")
+        return self
+
+
 class WorldtuneConfig(Section):
     """A whole config file."""
 
@@ -315,6 +332,7 @@ class WorldtuneConfig(Section):
     generate: GenerateConfig = Field(default_factory=GenerateConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+    compare: CompareConfig = Field(default_factory=CompareConfig)
 
 
 # ------------------------------------------------------------------------------------- machinery

@@ -5,6 +5,8 @@ three-camera LeRobot v3 dataset -> prepared 2x2 grid clips -> cached latents and
 LoRA training with the rectified-flow loss -> generation with the base model and the adapter
 (2 seeds per held-out clip, grids split into cameras) -> Sampson evaluation -> HTML report.
 Every stage reads and writes the same folders a user's own run would, through the same code.
+With `--compare-views` it then runs `worldtune compare` on the same data (`<out>/compare`): the
+grid and the three-view model side by side, with one report.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def demo_config(out: Path, steps: int) -> WorldtuneConfig:
         "--generate.seeds", "[0, 1]",
         "--evaluate.runs", f'["{o}/generations"]', "--evaluate.out", f"{o}/eval",
         "--report.eval", f"{o}/eval", "--report.runs", f'["{o}/runs/lora"]', "--report.out", f"{o}/report",
+        "--compare.out", f"{o}/compare",
     ])
 
 
@@ -82,7 +85,7 @@ def loss_plot(run: Path) -> Path | None:
     return path
 
 
-def run(out: str = "demo_out", steps: int = 200) -> dict[str, Any]:
+def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False) -> dict[str, Any]:
     from worldtune.cli import _stage as stage_fn
     from worldtune.data.synthetic import write_demo_dataset
     from worldtune.models.load import init_model_dir
@@ -107,6 +110,10 @@ def run(out: str = "demo_out", steps: int = 200) -> dict[str, Any]:
     _stage("generate", lambda: stage_fn("worldtune.infer.generate")(cfg), timings, notes)
     _stage("evaluate", lambda: stage_fn("worldtune.eval.evaluate")(cfg.evaluate), timings, notes)
     _stage("report", lambda: stage_fn("worldtune.eval.report")(cfg.report), timings, notes)
+    if compare_views:
+        from worldtune.compare import run as compare
+
+        compare(cfg, stage=lambda name, fn: _stage(f"compare {name}", fn, timings, notes))
 
     table = Table(title=f"worldtune demo ({time.time() - t_all:.0f} s)")
     for col in ("stage", "status", "seconds"):
@@ -118,6 +125,7 @@ def run(out: str = "demo_out", steps: int = 200) -> dict[str, Any]:
         "dataset": root / "dataset", "run": Path(cfg.train.out), "loss curve": plot, "adapter": export,
         "generations": Path(cfg.generate.out), "evaluation": Path(cfg.evaluate.out),
         "report": Path(cfg.report.out) / "report.html",
+        "comparison": Path(cfg.compare.out) / "report" / "report.html" if compare_views else None,
     }
     for k, v in where.items():
         if v is not None and Path(v).exists():

@@ -17,7 +17,7 @@ def test_generate_bench_tiny(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     by = {r["variant"]: r for r in res["results"]}
-    assert set(by) == {"pipeline", "batched"}  # compiled is CUDA-only
+    assert set(by) == {"pipeline", "batched", "fused"}  # the compiled variants are CUDA-only
     assert by["pipeline"]["dit_calls"] == 4 and by["batched"]["dit_calls"] == 2  # 2 steps, 2 branches vs 1 call
-    assert by["batched"]["max_abs_diff_vs_first"] < 1e-4  # same video as the pipeline
+    assert by["batched"]["max_abs_diff_vs_first"] < 1e-4 and by["fused"]["max_abs_diff_vs_first"] < 1e-4  # same video
     assert res["meta"]["spec"] == "tiny-predict2.5"

@@ -67,3 +67,27 @@ def test_missing_view_is_a_one_line_error(tiny_pipe):
     frames.pop("wrist")
     with pytest.raises(GenerationError, match="one first frame per view"):
         generate_multiview(tiny_pipe, mv, frames, "x", steps=1, num_frames=F)
+
+
+def test_adapter_and_inputs_must_agree_on_views(tiny_pipe, adapter_dir, tmp_path):
+    """A packed-frame adapter for separate views, or a multi-view adapter for packed frames: refused up front."""
+    from worldtune.infer.adapters import check_adapter
+    from worldtune.infer.multiview import check_adapters_for_views
+    from worldtune.models.multiview import save_multiview_extras
+
+    packed = check_adapter(str(adapter_dir), tiny_pipe.transformer, "packed", 1.0)
+    with pytest.raises(GenerationError, match="no multiview.json"):
+        check_adapters_for_views([packed], ROLES)
+    check_adapters_for_views([packed], None)  # packed inputs: fine
+
+    import shutil
+
+    mv_dir = tmp_path / "mv_adapter"
+    shutil.copytree(adapter_dir, mv_dir)
+    save_multiview_extras(mv_dir, MultiViewTransformer(tiny_pipe.transformer, 3, roles=ROLES))
+    views = check_adapter(str(mv_dir), tiny_pipe.transformer, "views", 1.0)
+    check_adapters_for_views([views], ROLES)
+    with pytest.raises(GenerationError, match="trained on separate camera views"):
+        check_adapters_for_views([views], None)
+    with pytest.raises(GenerationError, match="trained on views"):
+        check_adapters_for_views([views], ["left", "right", "wrist"])

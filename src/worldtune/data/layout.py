@@ -184,6 +184,26 @@ class SeparateLayout:
                 "resize": self.resize}
 
 
+def view_size_for_grid(height: int, width: int, cells: tuple[int, int] = (2, 2), views: int = 3,
+                       multiple: int = 16) -> tuple[int, int]:
+    """A per-view size (multiples of 16) whose V views hold about the tokens of one packed grid frame.
+
+    For comparing a grid model with a separate-views model at equal compute: V x h x w should be
+    close to H x W, and the view's aspect close to a grid cell's. 432x768 gives 256x432 (equal
+    tokens exactly), the demo's 64x112 gives 32x64 (86% of the tokens, the closest with a cell-like aspect).
+    """
+    target, aspect = height * width, (width / cells[1]) / (height / cells[0])
+
+    def cost(hw: tuple[int, int]) -> float:
+        h, w = hw
+        return abs(views * h * w - target) / target + abs(np.log((w / h) / aspect))
+
+    sizes = [(h, w) for h in range(multiple, height + 1, multiple) for w in range(multiple, width + 1, multiple)]
+    if not sizes:
+        raise ConfigError(f"a {height}x{width} grid is smaller than one {multiple}x{multiple} view")
+    return min(sizes, key=cost)
+
+
 @dataclass
 class SingleLayout:
     """One camera, resized to height x width."""

@@ -3,7 +3,8 @@
 Input: one or more generation folders (`info.json` + `generations.jsonl`, written by
 `worldtune generate`; format in worldtune.infer.records). Every row is one video of one model
 (label "base" or an adapter name) for one input and seed. The real clips (`ground_truth`) are
-scored too, once per input, as the reference row "real".
+scored too, once per input, as the reference row "real" (one per folder, "real:<folder>", when
+several folders with real clips are evaluated together, e.g. a grid and a separate-views run).
 
 Output in `<out>/`:
 - `results.json`: the config, per model and per input (over seeds) mean, std and n of every
@@ -60,7 +61,11 @@ class Entry:
 
     @property
     def reference(self) -> bool:
-        return self.model == REFERENCE
+        return is_reference(self.model)
+
+
+def is_reference(label: str) -> bool:
+    return label == REFERENCE or label.startswith(REFERENCE + ":")
 
 
 def read_generation_folder(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -105,7 +110,9 @@ def collect_entries(runs: Sequence[str | Path], max_videos: int | None = None) -
     entries: list[Entry] = []
     refs: dict[str, Entry] = {}
     summary = []
+    with_truth = [root for root, _, rows in loaded if any(r.get("ground_truth") for r in rows)]
     for root, info, rows in loaded:
+        ref_label = REFERENCE if len(with_truth) <= 1 else f"{REFERENCE}:{root.name}"
         rows = sorted(rows, key=lambda r: (str(r["model"]), str(r["name"]), r.get("seed") or 0))[:max_videos]
         layout = info.get("layout")
         for row in rows:
@@ -118,7 +125,7 @@ def collect_entries(runs: Sequence[str | Path], max_videos: int | None = None) -
             gt = row.get("ground_truth")
             if gt and str((root / gt).resolve()) not in refs:
                 refs[str((root / gt).resolve())] = Entry(
-                    model=REFERENCE, name=str(row["name"]), seed=None, run=str(root), video=root / gt,
+                    model=ref_label, name=str(row["name"]), seed=None, run=str(root), video=root / gt,
                     views={k: root / v for k, v in (row.get("ground_truth_views") or {}).items()},
                     layout=layout, instruction=row.get("instruction"), prompt=row.get("prompt"))
         summary.append({"path": str(root), "videos": len(rows), "fps": info.get("fps"), "layout": layout,
@@ -221,10 +228,10 @@ def aggregate(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[d
     """Per model (over all its videos) and per model and input (over seeds) statistics of each metric."""
     models: dict[str, Any] = {}
     inputs: dict[str, dict[str, Any]] = {}
-    for label in sorted({r["model"] for r in rows}, key=lambda m: (m == REFERENCE, m != "base", m)):
+    for label in sorted({r["model"] for r in rows}, key=lambda m: (is_reference(m), m != "base", m)):
         mine = [r for r in rows if r["model"] == label]
         names = sorted({r["name"] for r in mine})
-        models[label] = {"reference": label == REFERENCE, "videos": len(mine), "inputs": len(names),
+        models[label] = {"reference": is_reference(label), "videos": len(mine), "inputs": len(names),
                          **{m: stats([r.get(m) for r in mine]) for m in metrics}}
         inputs[label] = {n: {m: stats([r.get(m) for r in mine if r["name"] == n]) for m in metrics} for n in names}
     return models, inputs

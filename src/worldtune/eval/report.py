@@ -143,7 +143,10 @@ def plot_losses(runs: Sequence[dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
-def _ema(values: Sequence[float], decay: float = 0.9) -> list[float]:
+def _ema(values: Sequence[float], decay: float | None = None) -> list[float]:
+    """Exponential moving average; by default it spans ~1/10 of the points (a short log is barely smoothed)."""
+    if decay is None:
+        decay = min(0.9, max(0.0, 1.0 - 10.0 / max(len(values), 1)))
     out, acc = [], None
     for v in values:
         acc = v if acc is None else decay * acc + (1 - decay) * v
@@ -176,14 +179,16 @@ def publish_video(src: str | Path, dst_stem: Path, fmt: str = "auto") -> Path | 
 def example_rows(rows: Sequence[dict[str, Any]], limit: int) -> list[tuple[str, Any, list[dict[str, Any]]]]:
     """Per (input, seed): base first, then adapters, then the real clip; inputs in name order."""
     gen = [r for r in rows if not r.get("reference")]
-    refs = {r["name"]: r for r in rows if r.get("reference")}
+    refs: dict[str, list[dict[str, Any]]] = {}  # one real clip per input and folder
+    for r in rows:
+        if r.get("reference"):
+            refs.setdefault(r["name"], []).append(r)
     keys = sorted({(r["name"], r["seed"]) for r in gen}, key=lambda k: (k[0], k[1] if k[1] is not None else -1))
     out = []
     for name, seed in keys:
         cells = sorted((r for r in gen if r["name"] == name and r["seed"] == seed),
                        key=lambda r: (r["model"] != "base", r["model"]))
-        if name in refs:
-            cells.append(refs[name])
+        cells.extend(refs.get(name, []))
         out.append((name, seed, cells))
     seen: list[str] = []
     picked = []
@@ -251,7 +256,8 @@ def _skips_html(results: dict[str, Any]) -> str:
 
 
 def _cell_html(row: dict[str, Any], video: str | None, metrics: Sequence[str]) -> str:
-    label = "real clip" if row.get("reference") else row["model"]
+    label = row["model"] if not row.get("reference") else "real clip" + (
+        f" ({row['model'].split(':', 1)[1]})" if ":" in row["model"] else "")
     media = (f"<video controls muted loop playsinline preload='metadata' src='{html.escape(video)}'></video>"
              if video else "<div class='missing'>video unavailable</div>")
     vals = []

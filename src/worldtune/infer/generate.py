@@ -32,15 +32,17 @@ import numpy as np
 import torch
 
 from worldtune.config import GenerateConfig, WorldtuneConfig
-from worldtune.errors import DatasetError, GenerationError
+from worldtune.errors import ConfigError, DatasetError, GenerationError
 from worldtune.infer import records
 from worldtune.infer.adapters import AdapterFile, activate, check_adapter, load_adapters
-from worldtune.infer.inputs import GenerationInput, InputSet, load_condition, read_inputs
+from worldtune.infer.inputs import GenerationInput, InputSet, load_condition, load_view_conditions, read_inputs
+from worldtune.infer.multiview import check_adapters_for_views, denoise_views, mosaic, separate_roles, view_model
 from worldtune.infer.prompts import PromptEmbeddings
 from worldtune.infer.sharding import process_index, shard
 from worldtune.infer.views import layout_roles, split_views
 
 BASE_LABEL = "base"
+SPEED_SETTINGS = ("sampler", "batch_guidance", "compile", "fused_adaln", "device")  # recorded, not in the hash
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,12 @@ class Settings:
     cond_timestep: float
     resize: str
     max_sequence_length: int
-    sampler: str  # "batched" (worldtune's sampler, one batch-2 DiT call per step) or "pipeline"
+    sampler: str  # "worldtune" (infer/sampler.py), "pipeline" (the diffusers call) or "multiview" (infer/multiview.py)
+    batch_guidance: bool  # worldtune sampler: both guidance branches in one DiT call
     dtype: str
     device: str
     compile: bool
+    fused_adaln: bool
 
     @property
     def cond_pixel_frames(self) -> int:
@@ -98,11 +102,15 @@ def run(cfg: WorldtuneConfig) -> Path:
     pipe, spec = _load_model(cfg, device)
     if spec.family == "predict2" and g.mode == "text2world":
         raise GenerationError(f"{spec.name}: Cosmos-Predict2 Video2World has no text2world mode; use image2world")
-    adapters = _check_adapters(g, pipe.transformer)  # before anything is generated
-    variants = _variants(g, adapters)
-    settings = _settings(g, spec, inputs, pipe, device)
-    base_fp = _fingerprint(pipe.transformer)
     layout = g.layout if g.layout is not None else inputs.layout
+    roles = separate_roles(layout)  # camera views kept separate: the multi-view model
+    if roles and spec.family != "predict2.5":
+        raise GenerationError(f"{spec.name}: multi-view generation (separate-views inputs) needs a Cosmos-Predict2.5 model")
+    adapters = _check_adapters(g, pipe.transformer)  # before anything is generated
+    check_adapters_for_views(adapters, roles)
+    variants = _variants(g, adapters)
+    settings = _settings(g, spec, inputs, pipe, device, multiview=bool(roles))
+    base_fp = _fingerprint(pipe.transformer)
 
     out = Path(g.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +130,7 @@ def run(cfg: WorldtuneConfig) -> Path:
         if adapters:
             load_adapters(pipe.transformer, adapters)
         _speed_up(pipe.transformer, g, settings)
-        _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views else None,
+        _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views or roles else None,
                       base_fp, cfg, stats, bool(adapters))
     if records.finish_rank(out, rank, world):
         print(f"merged rows into {out / records.MERGED}")
@@ -203,7 +211,7 @@ def _variants(g: GenerateConfig, adapters: list[AdapterFile]) -> list[Variant]:
     return out
 
 
-def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.device) -> Settings:
+def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.device, multiview: bool = False) -> Settings:
     neg = g.negative_prompt
     if neg is None:
         import importlib
@@ -214,23 +222,32 @@ def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.dev
     if height % 16 or width % 16 or (frames - 1) % 4:
         raise GenerationError(f"{inputs.source}: size {height}x{width}x{frames} frames does not fit the model "
                               f"(height and width multiples of 16, frames 4k+1); set generate.height/width/num_frames")
-    batched = g.batch_guidance and spec.family == "predict2.5"
+    ours = g.sampler == "worldtune" and spec.family == "predict2.5"  # Predict2's pipeline differs: use it as is
+    if multiview:
+        if g.mode != "image2world":
+            raise GenerationError(f"{inputs.source}: the multi-view model generates image2world only (one first frame "
+                                  f"per camera); set generate.mode = \"image2world\"")
+        ours = True  # the multi-view loop (infer/multiview.py) has no pipeline counterpart
+    cuda = device.type == "cuda"
     return Settings(mode=g.mode, height=height, width=width, num_frames=frames, fps=float(g.fps or spec.fps),
                     steps=g.steps, guidance=g.guidance, negative_prompt=neg, cond_latent_frames=g.cond_latent_frames,
                     cond_timestep=g.cond_timestep, resize=g.resize, max_sequence_length=g.max_sequence_length or spec.max_sequence_length,
-                    
-                    sampler="batched" if batched else "pipeline", dtype=str(pipe.transformer.dtype).split(".")[-1],
-                    device=str(device), compile=g.compile and device.type == "cuda")
+                    sampler="multiview" if multiview else "worldtune" if ours else "pipeline",
+                    batch_guidance=multiview or ours and g.batch_guidance,
+                    dtype=str(pipe.transformer.dtype).split(".")[-1], device=str(device),
+                    compile=cuda if g.compile is None else g.compile and cuda, fused_adaln=ours and g.fused_adaln)
 
 
 def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings) -> None:
-    from worldtune.infer.speed import compile_blocks, set_attention_backend
+    """The trainer's speed switches (models/speed.py), after the adapters are loaded."""
+    from worldtune.models.speed import apply_speed
 
-    set_attention_backend(transformer, g.attention_backend)
     if g.compile and not s.compile:
         print("note: generate.compile needs CUDA; running eager")
-    if s.compile:
-        compile_blocks(transformer)
+    try:
+        apply_speed(transformer, fused_adaln=s.fused_adaln, compile=s.compile, attention=g.attention_backend)
+    except ConfigError as e:
+        raise GenerationError(f"generate.attention_backend: {e}") from None
 
 
 # ------------------------------------------------------------------------------------------ plan
@@ -241,7 +258,7 @@ def _params_hash(variant: Variant, item: GenerationInput, seed: int, s: Settings
     key = {
         "fingerprint": base_fp, "adapter": str(a.file) if a else None, "scale": a.scale if a else None,
         "fuse": cfg.generate.fuse, "prompt": item.prompt, "image": str(item.image), "video": str(item.video),
-        "seed": seed, **{k: v for k, v in asdict(s).items() if k not in ("sampler", "compile", "device")},
+        "seed": seed, **{k: v for k, v in asdict(s).items() if k not in SPEED_SETTINGS},
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -276,12 +293,13 @@ def generate_video(pipe, spec, s: Settings, frames: np.ndarray | None, prompt_em
                    negative_embeds: torch.Tensor | None, seed: int) -> np.ndarray:
     """One video [T,H,W,3] float in [0,1] for conditioning frames, embeddings and a seed."""
     noise = initial_noise(seed, latent_shape(pipe, s))
-    if s.sampler == "batched":
+    if s.sampler == "worldtune":
         from worldtune.infer import sampler
 
         cond = sampler.prepare(pipe, frames, noise, s.num_frames, s.height, s.width, s.cond_latent_frames,
                                as_image=s.mode == "image2world")
-        latents = sampler.denoise(pipe, cond, prompt_embeds, negative_embeds, s.steps, s.guidance, s.cond_timestep)
+        latents = sampler.denoise(pipe, cond, prompt_embeds, negative_embeds, s.steps, s.guidance, s.cond_timestep,
+                                  batch_guidance=s.batch_guidance)
         return sampler.decode(pipe, latents, s.num_frames)
     return _pipeline_call(pipe, spec, s, frames, prompt_embeds, negative_embeds, noise, seed)
 
@@ -320,7 +338,9 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
     neg = embeds.get(s.negative_prompt, device) if s.guidance > 1 else None
     bad: dict[str, str] = {}  # input name -> why it was skipped (counted once per model variant)
     current: Variant | None = None
-    cached: tuple[str, np.ndarray | None] | None = None
+    mv = None  # the multi-view wrapper of the current variant (separate-views inputs)
+    roles = separate_roles(layout)
+    cached: tuple[str, Any] | None = None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), transient=False) as bar:
         task = bar.add_task("generating", total=len(jobs))
@@ -328,6 +348,8 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
             if job.variant != current:
                 _switch(pipe.transformer, job.variant, adapters_loaded, cfg.generate.fuse)
                 current = job.variant
+                if roles:
+                    mv = view_model(pipe.transformer, roles, job.variant.adapter.path if job.variant.adapter else None)
             bar.update(task, description=f"{job.variant.label}: {job.item.name} s{job.seed}")
             if job.item.name in bad:
                 stats[job.variant.label]["skipped"] += 1
@@ -335,8 +357,9 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
                 continue
             try:
                 if cached is None or cached[0] != job.item.name:
-                    cached = (job.item.name, load_condition(job.item, s.mode, s.cond_pixel_frames, s.height,
-                                                            s.width, s.resize))
+                    cond = load_view_conditions(job.item, s.mode, s.height, s.width, s.resize) if roles else \
+                        load_condition(job.item, s.mode, s.cond_pixel_frames, s.height, s.width, s.resize)
+                    cached = (job.item.name, cond)
             except (DatasetError, GenerationError) as e:
                 bad[job.item.name] = str(e)
                 bar.console.print(f"[yellow]skip[/] {job.item.name}: {e}")
@@ -344,9 +367,17 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
                 bar.advance(task)
                 continue
             t0 = time.perf_counter()
-            video = to_uint8(generate_video(pipe, spec, s, cached[1], embeds.get(job.item.prompt, device), neg, job.seed))
+            pos = embeds.get(job.item.prompt, device)
+            if roles:
+                views = {r: to_uint8(v) for r, v in denoise_views(
+                    pipe, mv, cached[1], pos, neg, job.seed, s.steps, s.guidance, s.num_frames, s.height, s.width,
+                    s.cond_timestep).items()}
+                video = mosaic(views)
+            else:
+                video = to_uint8(generate_video(pipe, spec, s, cached[1], pos, neg, job.seed))
+                views = split_views(video, layout)
             elapsed = time.perf_counter() - t0
-            row = _write_outputs(out, job, video, s, layout, base_fp, cfg, elapsed)
+            row = _write_outputs(out, job, video, views, s, layout, base_fp, cfg, elapsed)
             records.append_row(out, rank, row)
             stats[job.variant.label]["generated"] += 1
             stats[job.variant.label]["seconds"] += elapsed
@@ -360,15 +391,19 @@ def _switch(transformer: torch.nn.Module, variant: Variant, adapters_loaded: boo
 
 
 # --------------------------------------------------------------------------------------- writing
-def _write_outputs(out: Path, job: Job, video: np.ndarray, s: Settings, layout: dict | None, base_fp: str,
-                   cfg: WorldtuneConfig, elapsed: float) -> dict[str, Any]:
-    """Write the video (+ views, + ground truth) and return its row; every file is written atomically."""
+def _write_outputs(out: Path, job: Job, video: np.ndarray, view_frames: dict[str, np.ndarray], s: Settings,
+                   layout: dict | None, base_fp: str, cfg: WorldtuneConfig, elapsed: float) -> dict[str, Any]:
+    """Write the video (+ views, + ground truth) and return its row; every file is written atomically.
+
+    `video` is the packed frame (grid layouts), the one camera, or the views side by side (separate
+    views); `view_frames` are the per-camera videos ({} for a single camera).
+    """
     from worldtune.data.video import write_video
 
     stem = f"{job.item.name}_s{job.seed}"
     rel = Path(job.variant.label) / f"{stem}.mp4"
     views = {}
-    for role, frames in split_views(video, layout).items():
+    for role, frames in view_frames.items():
         views[role] = str(Path(job.variant.label) / stem / f"{role}.mp4")
         write_video(out / views[role], frames, s.fps)
     write_video(out / rel, video, s.fps)  # last: the main file existing means the views do too
@@ -386,31 +421,48 @@ def _write_outputs(out: Path, job: Job, video: np.ndarray, s: Settings, layout: 
         "adapter": str(a.path) if a else None, "adapter_scale": a.scale if a else None,
         "fused": bool(cfg.generate.fuse and a), "transformer": cfg.generate.transformer,
         "base_model": cfg.model.path or cfg.model.name, "base_fingerprint": base_fp,
-        "sampler": s.sampler, "compile": s.compile, "dtype": s.dtype, "device": s.device,
+        **{k: getattr(s, k) for k in SPEED_SETTINGS}, "dtype": s.dtype,
         "elapsed_s": round(elapsed, 3), "params_hash": job.params_hash,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
 
 
 def _ground_truth(out: Path, item: GenerationInput, layout: dict | None) -> tuple[str | None, dict[str, str]]:
-    """Copy the real clip (and write its camera views) under ground_truth/ once; returns relative paths."""
-    if item.ground_truth is None:
+    """Write the real clip and its camera views under ground_truth/ once; returns relative paths.
+
+    A packed clip is copied and split by the layout; the per-camera clips of a separate-views input
+    are copied and also put side by side (as the generated mosaic).
+    """
+    if item.ground_truth is None and not item.views:
         return None, {}
     from worldtune.data.video import probe, read_frames, write_video
 
-    rel = Path("ground_truth") / f"{item.name}{item.ground_truth.suffix}"
-    views = {role: str(Path("ground_truth") / item.name / f"{role}.mp4") for role in layout_roles(layout)}
+    src_views = item.view_files
+    roles = list(src_views) if src_views else layout_roles(layout)
+    views = {role: str(Path("ground_truth") / item.name / f"{role}.mp4") for role in roles}
+    suffix = item.ground_truth.suffix if item.ground_truth else ".mp4"
+    rel = Path("ground_truth") / f"{item.name}{suffix}"
+    if src_views:
+        for role, src in src_views.items():
+            _copy_once(src, out / views[role])
+        if not (out / rel).is_file():
+            write_video(out / rel, mosaic({r: read_frames(f) for r, f in src_views.items()}), probe(src_views[roles[0]]).fps)
+        return str(rel), views
     if not all((out / v).is_file() for v in views.values()):
         fps = probe(item.ground_truth).fps
         for role, tile in split_views(read_frames(item.ground_truth), layout).items():
             write_video(out / views[role], tile, fps)
-    dest = out / rel
-    if not dest.is_file():
-        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(item.ground_truth, tmp)
-        os.replace(tmp, dest)
+    _copy_once(item.ground_truth, out / rel)
     return str(rel), views
+
+
+def _copy_once(src: Path, dest: Path) -> None:
+    if dest.is_file():
+        return
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
 
 
 # ---------------------------------------------------------------------------------------- printing

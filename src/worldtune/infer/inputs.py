@@ -4,7 +4,8 @@
 - a JSONL file, one `{"name", "prompt", "image" | "video", "seed"?, "instruction"?}` per line
   (relative paths are relative to the JSONL file);
 - a prepared worldtune dataset (info.json + manifest.parquet): its held-out clips, with the clip
-  itself kept as ground truth.
+  itself kept as ground truth. For a dataset of separate camera views (layout "separate") an input
+  has one clip per camera (`views`), and generation runs the multi-view model.
 
 Reading never decodes pixels: an input is a description; frames are loaded (and fitted to the
 generation size) only when it is generated, so listing 10k inputs is cheap. Bad entries (a prompt
@@ -40,6 +41,11 @@ class GenerationInput:
     instruction: str | None = None
     seeds: tuple[int, ...] | None = None  # overrides generate.seeds for this input (JSONL `seed`)
     ground_truth: Path | None = None  # the real clip (prepared datasets only)
+    views: tuple[tuple[str, Path], ...] | None = None  # (role, clip) per camera: separate-views datasets
+
+    @property
+    def view_files(self) -> dict[str, Path]:
+        return dict(self.views or ())
 
 
 @dataclass
@@ -158,12 +164,19 @@ def _read_dataset(root: Path, split: str) -> InputSet:
     for row in table:
         if split != "all" and row.get("split") != split:
             continue
+        name, prompt, task = str(row["clip_id"]), str(row.get("prompt") or ""), row.get("task")
+        if row.get("views"):  # separate camera views: one clip per role
+            views = tuple((role, root / rel) for role, rel in json.loads(row["views"]).items())
+            if not all(f.is_file() for _, f in views):
+                out.skipped["view clip file missing"] += 1
+                continue
+            out.items.append(GenerationInput(name, prompt, instruction=task, views=views))
+            continue
         video = root / str(row["video"])
         if not video.is_file():
             out.skipped["clip file missing"] += 1
             continue
-        out.items.append(GenerationInput(str(row["clip_id"]), str(row.get("prompt") or ""), video=video,
-                                         instruction=row.get("task"), ground_truth=video))
+        out.items.append(GenerationInput(name, prompt, video=video, instruction=task, ground_truth=video))
     if not out.items and not out.skipped:
         raise GenerationError(f"{root}: no clip has split={split!r}; set generate.split=\"all\" or re-prepare "
                               f"with a val_fraction > 0")
@@ -197,6 +210,16 @@ def load_condition(inp: GenerationInput, mode: Mode, num_pixel_frames: int, heig
     from worldtune.data.layout import resize_frames
 
     return resize_frames(frames, height, width, policy)
+
+
+def load_view_conditions(inp: GenerationInput, mode: Mode, height: int, width: int,
+                         policy: Literal["pad", "crop"]) -> dict[str, np.ndarray]:
+    """The first frame [1,H,W,3] of every camera of a separate-views input (multi-view image2world)."""
+    if mode != "image2world":
+        raise GenerationError(f"input {inp.name}: the multi-view model generates image2world only (one first frame "
+                              f"per camera); set generate.mode = \"image2world\"")
+    return {role: load_condition(GenerationInput(inp.name, inp.prompt, video=f), mode, 1, height, width, policy)
+            for role, f in inp.views or ()}
 
 
 def _read_image(path: Path) -> np.ndarray:

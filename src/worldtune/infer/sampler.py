@@ -35,43 +35,50 @@ class Conditioning:
     cond_indicator: torch.Tensor  # [1,1,T,1,1]
 
 
-def condition_video(pipe, frames: np.ndarray | None, num_frames: int, height: int, width: int,
-                    cond_latent_frames: int, as_image: bool) -> tuple[torch.Tensor, int]:
-    """The pixel video the VAE encodes and how many of its frames are real (as the pipeline builds it).
+def condition_video(pipe, frames: np.ndarray | None, height: int, width: int, cond_latent_frames: int,
+                    as_image: bool) -> torch.Tensor | None:
+    """The real conditioning frames, preprocessed as the pipeline does ([1, 3, n, H, W] in [-1, 1]).
 
-    Image (1 frame): the image followed by black frames. Video: its first 4(k-1)+1 frames padded
-    with the last one. Text: all black, nothing real.
+    Image: the one image (n = 1). Video: its last 4(k-1)+1 frames (the pipeline's choice). Text: None.
     """
-    import torchvision.transforms.functional as TF
-
     if frames is None:
-        return torch.zeros(1, 3, num_frames, height, width, dtype=torch.uint8), 0
-    if as_image:
-        img = TF.to_tensor(frames[0]).unsqueeze(0)
-        video = torch.cat([img, torch.zeros_like(img).repeat(num_frames - 1, 1, 1, 1)], dim=0).unsqueeze(0)
-        return pipe.video_processor.preprocess_video(video, height, width), 1
-    n_in = 4 * (cond_latent_frames - 1) + 1
+        return None
+    if as_image:  # as a [0, 1] tensor, like the pipeline (PIL and tensor resizing differ)
+        import torchvision.transforms.functional as TF
+
+        return pipe.video_processor.preprocess_video(TF.to_tensor(frames[0])[None, None], height, width)
     from PIL import Image
 
+    n_in = 4 * (cond_latent_frames - 1) + 1
     video = pipe.video_processor.preprocess_video([Image.fromarray(f) for f in frames], height, width)
-    video = video[:, :, -n_in:]
-    if video.shape[2] < num_frames:
-        video = torch.cat([video, video[:, :, -1:].repeat(1, 1, num_frames - video.shape[2], 1, 1)], dim=2)
-    return video, n_in
+    return video[:, :, -n_in:]
 
 
 @torch.no_grad()
 def prepare(pipe, frames: np.ndarray | None, noise: torch.Tensor, num_frames: int, height: int, width: int,
             cond_latent_frames: int = 1, as_image: bool = True) -> Conditioning:
-    """Encode the conditioning frames and build mask and indicator (the pipeline's own prepare_latents)."""
+    """Encode the conditioning frames and build mask and indicator (the pipeline's own prepare_latents).
+
+    The pipeline VAE-encodes a whole `num_frames` video (the conditioning frames padded with black
+    or with the last frame) and then masks out every latent frame but the first k. The Wan VAE is
+    causal in time, so latent frame j depends only on pixel frames <= 4j: encoding just the 4(k-1)+1
+    real frames gives the same k latent frames for a fraction of the time and memory (93 frames at
+    432x768: ~1.1 s and most of the pipeline's peak memory). The masked latent frames are zeros.
+    """
     device = pipe._execution_device
-    video, n_in = condition_video(pipe, frames, num_frames, height, width, cond_latent_frames, as_image)
-    video = video.to(device=device, dtype=pipe.vae.dtype)
+    video = condition_video(pipe, frames, height, width, cond_latent_frames, as_image)
+    n_in = 0 if video is None else video.shape[2]
+    if video is not None:
+        video = video.to(device=device, dtype=pipe.vae.dtype)
     latents, cond_latents, cond_mask, cond_indicator = pipe.prepare_latents(
         video=video, batch_size=1, num_channels_latents=pipe.transformer.config.in_channels - 1,
         height=height, width=width, num_frames_in=n_in, num_frames_out=num_frames,
         do_classifier_free_guidance=True, dtype=torch.float32, device=device, generator=None,
         latents=noise.to(device=device, dtype=torch.float32))
+    pad = latents.shape[2] - cond_latents.shape[2]
+    if pad > 0:
+        cond_latents = torch.cat([cond_latents, cond_latents.new_zeros(*cond_latents.shape[:2], pad,
+                                                                       *cond_latents.shape[3:])], dim=2)
     return Conditioning(latents, cond_latents, cond_mask.to(pipe.transformer.dtype), cond_indicator)
 
 

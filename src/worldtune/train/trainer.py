@@ -244,7 +244,7 @@ class Trainer:
             self.mv = MultiViewTransformer(self.transformer, len(roles), attention=tc.view_attention, roles=roles).to(dev)
             self.params += self.mv.extra_parameters()
         self.n_trainable = sum(p.numel() for p in self.params)
-        from worldtune.train.speed import apply_selective_checkpointing, apply_speed
+        from worldtune.models.speed import apply_selective_checkpointing, apply_speed
 
         compile_blocks = tc.compile if tc.compile is not None else dev.type == "cuda"
         self.speed = apply_speed(self.transformer, fused_adaln=tc.fused_adaln, compile=compile_blocks,
@@ -296,7 +296,7 @@ class Trainer:
         return views * ((f - 1) // 4 + 1), self.data_info["height"] // 8, self.data_info["width"] // 8
 
     def _per_block_bytes(self) -> float | None:
-        from worldtune.train.speed import per_block_bytes
+        from worldtune.models.speed import per_block_bytes
 
         t, h, w = self._latent_shape()
         tc = self.cfg.train

@@ -15,7 +15,7 @@ import torch
 from worldtune.errors import ConfigError
 from worldtune.models.build import build_transformer
 from worldtune.models.registry import get_spec
-from worldtune.train import speed
+from worldtune.models import speed
 from worldtune.train.adapters import apply_training_mode
 from worldtune.train.flow import FlowMatchingLoss, transformer_inputs
 from worldtune.train.trainer import apply_checkpointing
