@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from worldtune.launch.local import REQUEUE_EXIT_CODE, child_pids, classify, newest_step, train_command
@@ -65,28 +66,54 @@ def _final(run: Path) -> tuple[dict, dict]:
     return ck["trainable"], ck["optimizer"]
 
 
-def test_killed_rank_is_restarted_and_resumes_exactly(tiny_model_dir, cached_dataset, tmp_path):
-    ref_cfg = _config(tmp_path / "ref.toml", tiny_model_dir, cached_dataset, tmp_path / "ref")
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir, cached_dataset, tmp_path_factory) -> Path:
+    """An uninterrupted two-process run: the loss of every step and the final state to compare against."""
+    root = tmp_path_factory.mktemp("ref")
+    ref = _launch(_config(root / "ref.toml", tiny_model_dir, cached_dataset, root / "ref"), "--gpus", "2",
+                  "--max-restarts", "0")
+    assert ref.wait(300) == 0, ref.stdout.read().decode()[-3000:]
+    return root / "ref"
+
+
+def _assert_same_as_reference(run: Path, ref: Path) -> None:
+    """Every step's loss, the final adapter weights and AdamW moments equal the uninterrupted run's."""
+    loss = {m["step"]: m["loss"] for m in _metrics(run) if "loss" in m}
+    ref_loss = {m["step"]: m["loss"] for m in _metrics(ref) if "loss" in m}
+    assert loss == ref_loss and len(ref_loss) == STEPS
+    wa, oa = _final(ref)
+    wb, ob = _final(run)
+    assert wa.keys() == wb.keys() and len(wa) > 0
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    for pid, st in oa["state"].items():
+        assert torch.equal(st["exp_avg"], ob["state"][pid]["exp_avg"])
+        assert torch.equal(st["exp_avg_sq"], ob["state"][pid]["exp_avg_sq"])
+    assert json.loads((run / "run.json").read_text())["status"] == "done"
+
+
+def _wait_for_step(p: subprocess.Popen, run: Path, step: int) -> None:
+    deadline = time.time() + 180
+    while not any(m.get("step", 0) >= step for m in _metrics(run)):
+        assert p.poll() is None and time.time() < deadline, p.stdout.read().decode()[-3000:]
+        time.sleep(0.05)
+
+
+def test_killed_rank_is_restarted_and_resumes_exactly(reference, tiny_model_dir, cached_dataset, tmp_path):
     crash_cfg = _config(tmp_path / "crash.toml", tiny_model_dir, cached_dataset, tmp_path / "crash")
-    ref = _launch(ref_cfg, "--gpus", "2", "--max-restarts", "0")
     crash = _launch(crash_cfg, "--gpus", "2", "--max-restarts", "2")
     try:
-        deadline = time.time() + 180
         # kill rank 1 once step 2 is logged: checkpoint k >= 1 is complete and the run is mid-way
-        while not any(m.get("step", 0) >= 2 for m in _metrics(tmp_path / "crash")):
-            assert crash.poll() is None and time.time() < deadline, crash.stdout.read().decode()[-3000:]
-            time.sleep(0.05)
+        _wait_for_step(crash, tmp_path / "crash", 2)
         victim = _rank_pid(crash.pid, 1)
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         killed_at = max(m["step"] for m in _metrics(tmp_path / "crash") if "step" in m)
         assert killed_at < STEPS
-        for p in (crash, ref):
-            assert p.wait(240) == 0, p.stdout.read().decode()[-3000:]
+        assert crash.wait(240) == 0, crash.stdout.read().decode()[-3000:]
     finally:
-        for p in (crash, ref):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+        if crash.poll() is None:
+            os.killpg(crash.pid, signal.SIGKILL)
 
     rows = [json.loads(x) for x in (tmp_path / "crash" / "logs" / "launch.jsonl").read_text().splitlines()]
     assert [r["outcome"] for r in rows] == ["crashed", "done"], rows
@@ -99,25 +126,38 @@ def test_killed_rank_is_restarted_and_resumes_exactly(tiny_model_dir, cached_dat
     crash_rows = [m for m in _metrics(tmp_path / "crash") if "loss" in m]
     steps = [m["step"] for m in crash_rows]
     assert steps[-(STEPS - resumed):] == list(range(resumed + 1, STEPS + 1))
-    last_loss = {m["step"]: m["loss"] for m in crash_rows}
-    ref_loss = {m["step"]: m["loss"] for m in _metrics(tmp_path / "ref") if "loss" in m}
-    assert last_loss == ref_loss and len(ref_loss) == STEPS
-
     # checkpoints are consistent: folder step == recorded step, newest is the final one
     complete = CheckpointManager(tmp_path / "crash").complete()
     assert step_of(complete[-1]) == STEPS
     for ck in complete:
         assert json.loads((ck / "state.json").read_text())["step"] == step_of(ck)
+    _assert_same_as_reference(tmp_path / "crash", reference)
 
-    wa, oa = _final(tmp_path / "ref")
-    wb, ob = _final(tmp_path / "crash")
-    assert wa.keys() == wb.keys() and len(wa) > 0
-    for k in wa:
-        assert torch.equal(wa[k], wb[k]), k
-    for pid, st in oa["state"].items():
-        assert torch.equal(st["exp_avg"], ob["state"][pid]["exp_avg"])
-        assert torch.equal(st["exp_avg_sq"], ob["state"][pid]["exp_avg_sq"])
-    assert json.loads((tmp_path / "crash" / "run.json").read_text())["status"] == "done"
+
+def test_usr1_drill_checkpoints_requeues_and_continues_exactly(reference, tiny_model_dir, cached_dataset, tmp_path):
+    """The preemption drill on two processes: SIGUSR1 to the job -> checkpoint and exit 42 (requeue);
+    relaunched, it starts at the step after that checkpoint and every loss equals the uninterrupted run."""
+    run = tmp_path / "drill"
+    cfg = _config(tmp_path / "drill.toml", tiny_model_dir, cached_dataset, run)
+    first = _launch(cfg, "--gpus", "2", "--max-restarts", "2")
+    try:
+        _wait_for_step(first, run, 3)
+        first.send_signal(signal.SIGUSR1)  # to the launcher, as SLURM's --signal would
+        assert first.wait(120) == REQUEUE_EXIT_CODE, first.stdout.read().decode()[-3000:]
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    state = json.loads((run / "run.json").read_text())
+    stopped = state["step"]
+    assert state["status"] == "preempted" and 3 <= stopped < STEPS
+    assert step_of(CheckpointManager(run).complete()[-1]) == stopped  # saved at the step it stopped
+
+    again = _launch(cfg, "--gpus", "2", "--max-restarts", "0")
+    assert again.wait(300) == 0, again.stdout.read().decode()[-3000:]
+    rows = [json.loads(x) for x in (run / "logs" / "launch.jsonl").read_text().splitlines()]
+    assert [r["outcome"] for r in rows] == ["preempted", "done"], rows
+    assert rows[1]["start_step"] == stopped and rows[1]["end_step"] == STEPS
+    _assert_same_as_reference(run, reference)
 
 
 # A stand-in for `worldtune train`: behaves as told by a script of exit codes, one per attempt
