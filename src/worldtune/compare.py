@@ -68,7 +68,7 @@ def run(cfg: WorldtuneConfig, stage: Callable[[str, Callable[[], Any]], Any] | N
     """Both branches, then one evaluation and one report; returns per-branch training summaries."""
     from worldtune.cli import _stage as stage_fn
 
-    stage = stage or (lambda name, fn: (console.rule(f"[bold]{name}"), fn())[1])
+    stage = stage or _titled
     root = Path(cfg.compare.out)
     summaries: dict[str, dict[str, Any]] = {}
     branches = {layout: branch_config(cfg, layout) for layout in BRANCHES}
@@ -86,6 +86,11 @@ def run(cfg: WorldtuneConfig, stage: Callable[[str, Callable[[], Any]], Any] | N
     stage("report", lambda: stage_fn("worldtune.eval.report")(rep))
     print_summary(branches, summaries, root)
     return {"branches": summaries, "report": str(Path(rep.out) / "report.html")}
+
+
+def _titled(name: str, fn: Callable[[], Any]) -> Any:
+    console.rule(f"[bold]{name}")
+    return fn()
 
 
 def print_summary(branches: dict[str, WorldtuneConfig], summaries: dict[str, dict[str, Any]], root: Path) -> None:

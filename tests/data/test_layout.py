@@ -72,3 +72,22 @@ def test_separate_and_single():
     one = SingleLayout("wrist", 18, 32)
     assert one.pack(v).shape == (3, 18, 32, 3) and list(one.split(one.pack(v))) == ["wrist"]
     assert layout_from_dict(one.to_dict()) == one
+
+
+def test_view_size_for_grid_matches_the_grid_tokens():
+    from worldtune.data.layout import view_size_for_grid
+
+    assert view_size_for_grid(432, 768) == (256, 432)  # 3 x 16 x 27 = 27 x 48 tokens per latent frame, exactly
+    h, w = view_size_for_grid(64, 112)
+    assert (h, w) == (32, 64) and h % 16 == w % 16 == 0
+    h, w = view_size_for_grid(480, 832)
+    assert abs(3 * h * w - 480 * 832) / (480 * 832) < 0.05 and 1.5 < w / h < 2.0  # cell-like aspect
+
+
+def test_compare_view_size_must_be_whole():
+    from worldtune.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="view_width"):
+        load_config(None, ["--compare.view_height", "256"])
+    with pytest.raises(ConfigError, match="multiple of 16"):
+        load_config(None, ["--compare.view_height", "250", "--compare.view_width", "432"])

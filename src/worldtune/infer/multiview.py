@@ -51,7 +51,7 @@ def _embed(pipe, prompt: str, device, max_sequence_length: int) -> torch.Tensor:
     return emb
 
 
-def check_size(height: int, width: int, num_frames: int) -> None:
+def _check_size(height: int, width: int, num_frames: int) -> None:
     if height % 16 or width % 16:
         raise GenerationError(f"view size {height}x{width} must be divisible by 16 (8x VAE, 2x2 patches)")
     if (num_frames - 1) % 4:
@@ -71,7 +71,7 @@ def denoise_views(pipe, mv_model, first_frames: dict[str, np.ndarray], prompt_em
     from worldtune.infer.sampler import decode, prepare
 
     roles = _roles(mv_model, first_frames)
-    check_size(height, width, num_frames)
+    _check_size(height, width, num_frames)
     device = pipe._execution_device
     t_lat = (num_frames - 1) // pipe.vae_scale_factor_temporal + 1
     c = pipe.transformer.config.in_channels - 1
@@ -132,7 +132,6 @@ def generate_multiview(pipe, mv_model, first_frames: dict[str, np.ndarray], prom
     roles = _roles(mv_model, first_frames)
     h0, w0 = first_frames[roles[0]].shape[:2]
     height, width = height or h0, width or w0
-    check_size(height, width, num_frames)
     device = pipe._execution_device
     pos = _embed(pipe, prompt, device, max_sequence_length)
     neg = _embed(pipe, negative_prompt, device, max_sequence_length) if guidance > 1.0 else None
