@@ -357,7 +357,7 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
                 continue
             try:
                 if cached is None or cached[0] != job.item.name:
-                    cond = load_view_conditions(job.item, s.mode, s.height, s.width, s.resize) if roles else \
+                    cond = load_view_conditions(job.item, s.height, s.width, s.resize) if roles else \
                         load_condition(job.item, s.mode, s.cond_pixel_frames, s.height, s.width, s.resize)
                     cached = (job.item.name, cond)
             except (DatasetError, GenerationError) as e:

@@ -212,13 +212,10 @@ def load_condition(inp: GenerationInput, mode: Mode, num_pixel_frames: int, heig
     return resize_frames(frames, height, width, policy)
 
 
-def load_view_conditions(inp: GenerationInput, mode: Mode, height: int, width: int,
+def load_view_conditions(inp: GenerationInput, height: int, width: int,
                          policy: Literal["pad", "crop"]) -> dict[str, np.ndarray]:
     """The first frame [1,H,W,3] of every camera of a separate-views input (multi-view image2world)."""
-    if mode != "image2world":
-        raise GenerationError(f"input {inp.name}: the multi-view model generates image2world only (one first frame "
-                              f"per camera); set generate.mode = \"image2world\"")
-    return {role: load_condition(GenerationInput(inp.name, inp.prompt, video=f), mode, 1, height, width, policy)
+    return {role: load_condition(GenerationInput(inp.name, inp.prompt, video=f), "image2world", 1, height, width, policy)
             for role, f in inp.views or ()}
 
 

@@ -1,4 +1,4 @@
-"""Training-step speed switches, applied to a plain `CosmosTransformer3DModel` in place.
+"""Speed switches of the Cosmos DiT (training and generation), applied to a plain `CosmosTransformer3DModel` in place.
 
 Each switch computes the same function as diffusers' eager code (within bf16 rounding), keeps
 every module and state-dict key name, and works under peft LoRA/DoRA on the attention and MLP
