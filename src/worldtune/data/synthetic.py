@@ -7,7 +7,13 @@ cameras' fundamental matrix explains every correspondence up to the pixel grid. 
 table on a textured floor before a textured wall, three blocks and a shallow bowl; a gantry arm
 moves to one block, grasps it, carries it to the bowl and lets go. Cameras (OpenCV convention,
 x_cam = R @ x_world + t, +z forward, +y down, pixel centres at integer coordinates):
-`exterior_1_left` and `exterior_2_left` are static, `wrist_left` rides on the gripper.
+`exterior_1_left` and `exterior_2_left` are static, `wrist_left` rides on the gripper (whose palm
+and fingers are always in its view).
+
+Two styles: `"demo"` (textured table, exterior cameras ~70° apart, the same rig in every episode)
+and `"hard"`, made to break evaluation metrics the way real robot footage does: a plain,
+low-texture table and wall, a wide-baseline exterior pair ~80° apart, and the exterior cameras
+re-placed a little in every episode (as DROID's are), so another episode's view is another rig.
 
 Rendering is cheap because the static part of each exterior view is drawn once per episode and
 only the moving primitives (arm, carried block) are ray-cast per frame, inside their screen box.
@@ -105,8 +111,9 @@ def _noise(rng: np.random.Generator, size: int, octaves=(4, 8, 16, 32, 64)) -> n
     return (out - out.min()) / max(1e-6, out.max() - out.min())
 
 
-def _make_textures(seed: int, size: int = 256) -> dict[str, np.ndarray]:
-    """Float32 RGB textures in [0,1]: rich in blobs and corners so SIFT finds keypoints."""
+def _make_textures(seed: int, size: int = 256, style: str = "demo") -> dict[str, np.ndarray]:
+    """Float32 RGB textures in [0,1]: rich in blobs and corners so SIFT finds keypoints ("demo"),
+    or a plain table and a faint wall ("hard")."""
     rng = np.random.default_rng(seed)
     ii, jj = np.mgrid[0:size, 0:size]
     checker = (((ii // 32) + (jj // 32)) % 2).astype(np.float32)
@@ -117,11 +124,23 @@ def _make_textures(seed: int, size: int = 256) -> dict[str, np.ndarray]:
     tex["floor"] = np.stack([0.25 + 0.5 * n3] * 3, -1) * (0.6 + 0.4 * checker[..., None])
     n4, n5, n6 = _noise(rng, size), _noise(rng, size), _noise(rng, size)
     tex["wall"] = np.stack([0.3 + 0.6 * n4, 0.3 + 0.6 * n5, 0.3 + 0.6 * n6], -1)
+    if style == "hard":  # a plain laminate table: few, weak features where the robot works
+        tex["table"] = np.stack([0.62 + 0.04 * n1, 0.58 + 0.04 * n1, 0.52 + 0.03 * n2], -1)
     for name, rgb in (("red", (0.85, 0.15, 0.12)), ("blue", (0.15, 0.3, 0.85)), ("green", (0.15, 0.7, 0.2)),
                       ("bowl", (0.9, 0.8, 0.25)), ("arm", (0.6, 0.6, 0.65))):
         n = _noise(rng, size, octaves=(8, 16, 32))
         stripes = (((ii + jj) // 24) % 2).astype(np.float32)
         tex[name] = np.clip(np.array(rgb, np.float32) * (0.45 + 0.55 * n[..., None]) * (0.8 + 0.2 * stripes[..., None]), 0, 1)
+    m1, m2 = _noise(rng, size, octaves=(16, 32, 64)), _noise(rng, size, octaves=(16, 32, 64))
+    mat = np.stack([0.1 + 0.85 * m1, 0.1 + 0.8 * m2, 0.15 + 0.7 * (1 - m1)], -1).astype(np.float32)
+    for _ in range(70):  # a printed mat: blobs and corners SIFT can match across wide baselines
+        c = tuple(float(v) for v in rng.random(3))
+        p = tuple(int(v) for v in rng.integers(0, size, 2))
+        if rng.random() < 0.5:
+            cv2.circle(mat, p, int(rng.integers(3, 12)), c, -1)
+        else:
+            cv2.rectangle(mat, p, tuple(int(v) for v in np.clip(np.array(p) + rng.integers(-18, 18, 2), 0, size - 1)), c, -1)
+    tex["mat"] = mat
     return {k: np.ascontiguousarray(v.astype(np.float32)) for k, v in tex.items()}
 
 
@@ -291,6 +310,7 @@ class SyntheticEpisode:
     height: int = 180
     width: int = 320
     success: bool = True
+    style: Literal["demo", "hard"] = "demo"
     task: str = ""
     blocks: dict[str, np.ndarray] = field(default_factory=dict)
     target: str = ""
@@ -299,7 +319,7 @@ class SyntheticEpisode:
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng([self.seed, self.index])
-        self.tex = _textures(self.seed)
+        self.tex = _textures(self.seed, self.style)
         # place blocks and bowl on a jittered grid of slots so they never overlap
         slots = [np.array([x, y]) for x in (-0.3, -0.1, 0.1, 0.3) for y in (-0.12, 0.12)]
         order = rng.permutation(len(slots))
@@ -316,10 +336,16 @@ class SyntheticEpisode:
             self.task = f"picks up the {self.target} {shape} and places it in the bowl."
         self.K_ext = intrinsics(self.width, self.height, 62.0)
         self.K_wrist = intrinsics(self.width, self.height, 90.0)
-        self.ext = {
-            "exterior_1_left": look_at(np.array([-0.42, -0.62, 0.42]), np.array([0.0, 0.02, 0.04])),
-            "exterior_2_left": look_at(np.array([0.45, -0.58, 0.38]), np.array([0.0, 0.04, 0.04])),
-        }
+        if self.style == "hard":  # ~80° apart, re-placed by a few cm and degrees every episode
+            jitter = np.random.default_rng([self.seed, self.index, 7])
+            eyes = {"exterior_1_left": [-0.45, -0.60, 0.62], "exterior_2_left": [0.50, -0.55, 0.60]}
+            self.ext = {n: look_at(np.array(e) + jitter.uniform(-0.03, 0.03, 3),
+                                   np.array([0.0, 0.02, 0.04]) + jitter.uniform(-0.03, 0.03, 3)) for n, e in eyes.items()}
+        else:
+            self.ext = {
+                "exterior_1_left": look_at(np.array([-0.42, -0.62, 0.42]), np.array([0.0, 0.02, 0.04])),
+                "exterior_2_left": look_at(np.array([0.45, -0.58, 0.38]), np.array([0.0, 0.04, 0.04])),
+            }
 
     # trajectory ---------------------------------------------------------------------------
     def gripper(self, i: int) -> tuple[np.ndarray, float, bool]:
@@ -378,7 +404,10 @@ class SyntheticEpisode:
     def _static(self) -> list:
         table = Plane(2, 0.0, "table", 1.0, ((-0.55, 0.55), (-0.4, 0.45)), 500.0)
         floor = Plane(2, -0.7, "floor", 1.0, None, 250.0)
-        wall = Plane(1, 1.2, "wall", -1.0, None, 150.0)
+        # the hard scene's wall stands right behind the table (a lab wall with posters): the one
+        # large surface both wide-baseline cameras see
+        wall = (Plane(1, 0.62, "mat", -1.0, ((-3.0, 3.0), (-0.7, 3.0)), 300.0) if self.style == "hard"
+                else Plane(1, 1.2, "wall", -1.0, None, 150.0))
         bowl = Cylinder(self.bowl, 0.07, 0.03, "bowl")
         still = [Box(self.blocks[n], np.full(3, size), n, self.yaws[n]) for n, (_, size) in _BLOCKS.items()
                  if n != self.target]  # blocks the arm never touches
@@ -416,13 +445,13 @@ class SyntheticEpisode:
         return {n: self.render_view(n, i) for n in CAMERA_NAMES}
 
 
-_TEX_CACHE: dict[int, dict[str, np.ndarray]] = {}
+_TEX_CACHE: dict[tuple[int, str], dict[str, np.ndarray]] = {}
 
 
-def _textures(seed: int) -> dict[str, np.ndarray]:
-    if seed not in _TEX_CACHE:
-        _TEX_CACHE[seed] = _make_textures(seed)
-    return _TEX_CACHE[seed]
+def _textures(seed: int, style: str = "demo") -> dict[str, np.ndarray]:
+    if (seed, style) not in _TEX_CACHE:
+        _TEX_CACHE[(seed, style)] = _make_textures(seed, style=style)
+    return _TEX_CACHE[(seed, style)]
 
 
 _RAY_CACHE: dict[tuple, np.ndarray] = {}
@@ -507,13 +536,15 @@ def _render(cam: Camera, prims: list, tex: dict, depth: np.ndarray | None = None
 
 
 def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: int = 160,
-                  failed: tuple[int, ...] = ()) -> list[SyntheticEpisode]:
-    """The demo's episodes: lengths 18-36 frames, every fifth one (index 3, 8, 13...) only 9-15."""
+                  failed: tuple[int, ...] = (), style: Literal["demo", "hard"] = "demo",
+                  length: int | None = None) -> list[SyntheticEpisode]:
+    """The demo's episodes: lengths 18-36 frames, every fifth one (index 3, 8, 13...) only 9-15;
+    `length` gives every episode that many frames instead."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(episodes):
         n = int(rng.integers(9, 16)) if i % 5 == 3 else int(rng.integers(18, 37))
-        out.append(SyntheticEpisode(i, n, seed, height, width, success=i not in failed))
+        out.append(SyntheticEpisode(i, length or n, seed, height, width, success=i not in failed, style=style))
     return out
 
 
@@ -579,13 +610,18 @@ def _cameras_json(eps: list[SyntheticEpisode]) -> dict:
             entry["episodes"] = {
                 str(e.index): {"R": [e.camera(name, i).R.tolist() for i in range(e.length)],
                                "t": [e.camera(name, i).t.tolist() for i in range(e.length)]} for e in eps}
+        elif any(e.style == "hard" for e in eps):  # re-placed every episode, fixed within one
+            entry["static"] = True
+            entry["episodes"] = {str(e.index): {"R": e.camera(name, 0).R.tolist(), "t": e.camera(name, 0).t.tolist()}
+                                 for e in eps}
         else:
             entry.update(static=True, R=c0.R.tolist(), t=c0.t.tolist())
         cams[FEATURE_PREFIX + name] = entry
     return {"format": "worldtune.cameras", "version": 1, "fps": FPS,
             "convention": "x_cam = R @ x_world + t; [u, v, 1] ~ K @ x_cam; OpenCV axes (x right, y down, "
-                          "z forward); pixel centres at integer coordinates; per-frame R, t indexed by "
-                          "episode then frame index within the episode",
+                          "z forward); pixel centres at integer coordinates; R, t given once (a rig fixed "
+                          "for the whole dataset), per episode (`episodes`: {index: {R, t}}), or per frame "
+                          "(`episodes`: {index: {R: [...], t: [...]}} indexed by frame within the episode)",
             "cameras": cams}
 
 
@@ -593,16 +629,18 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
                        version: Literal["v3.0", "v2.1"] = "v3.0", height: int = 96, width: int = 160,
                        episodes_per_file: int | None = None, failed: tuple[int, ...] = (),
                        codec: str = "libx264", crf: int = 20, preset: str = "veryfast",
-                       workers: int = 2) -> Path:
+                       workers: int = 2, style: Literal["demo", "hard"] = "demo",
+                       length: int | None = None) -> Path:
     """Render the tabletop demo and write it as a LeRobot v3.0 (default) or v2.1 dataset.
 
     v3.0: episodes are concatenated, `episodes_per_file` per mp4/parquet file (None = all in one).
     `failed` episode indices get `is_episode_successful = False` (the arm misses the grasp).
-    Returns the dataset root. Writes `meta/cameras.json` with the true cameras. Episodes are
+    `style` "hard" renders the low-texture, wide-baseline scene; `length` fixes every episode's
+    length. Returns the dataset root. Writes `meta/cameras.json` with the true cameras. Episodes are
     rendered in `workers` processes (the default 14 episodes at 96x160 take a few seconds).
     """
     root = Path(root)
-    eps = demo_episodes(episodes, seed, height, width, failed)
+    eps = demo_episodes(episodes, seed, height, width, failed, style, length)
     tasks: dict[str, int] = {}
     for e in eps:
         tasks.setdefault(e.task, len(tasks))

@@ -1,26 +1,30 @@
-"""Sampson error: how well a video's frames agree with one rigid 3D scene seen by pinhole cameras.
+"""Sampson error: how well a video's frames agree with one rigid 3D scene seen by the real rig.
 
-Two frames of a static scene are related by a fundamental matrix F: a point x0 in one frame and
-its match x1 in the other satisfy x0ᵀ F x1 = 0. We match keypoints (OpenCV SIFT + Lowe's ratio
-test), fit F robustly (USAC_MAGSAC, RANSAC where that is missing), and measure, for every match,
-the first-order geometric distance to that constraint (shared/DESIGN.md §6):
+For a match x0 ↔ x1 between two frames and a fundamental matrix F (x0ᵀ F x1 = 0), the Sampson
+distance √d (worldtune.eval.epipolar) is the first-order distance in pixels of the match from
+the epipolar constraint. What makes the number mean something is *which* F and *which* matches:
 
-    d = (x0ᵀ F x1)² / ((F x1)₁² + (F x1)₂² + (Fᵀ x0)₁² + (Fᵀ x0)₂²),   error = √d  [pixels]
+- **cross-view, two fixed cameras**: F is the real rig's (worldtune.eval.rig): from calibrated
+  cameras, or estimated once from the real clip of the same input. Each frame's SIFT matches
+  (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
+  from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
+  averaged, and the frame's value is the median over the rest; a frame with fewer than
+  `min_support` of them is skipped. Nothing is fitted to the video, so nothing absorbs its error:
+  a view shifted by d px reads about d px more.
+- **cross-view with a moving camera, and temporal** (frame t vs t+gap of a moving view): no
+  reference exists (the model chooses the camera's path), so F is fitted, but guarded (enough
+  distinct inliers, spread over the image, epipoles outside them) and *cross-fitted*: each half
+  of the matches is scored under the F fitted to the other half. With K known the temporal fit is
+  an essential matrix. Temporal correspondences are KLT tracks checked forward and backward.
+  Temporal pairs of fixed cameras are not scored: without a baseline F is undefined.
+- **selffit** (`geometry = "selffit"`, or no reference could be had): fixed pairs too are scored
+  by a cross-fitted F pooled over the clip. Labelled as such in every output.
 
-over all ratio-test matches (not only the inliers: a video whose content wobbles has matches F
-cannot explain, and they must count). Aggregation: per frame pair mean and median; per video
-nanmean of the pair means and nanmedian of the pair medians; across videos, statistics of each
-video's median. Two flavours:
-
-- temporal: frame t vs t+gap within one camera view (F fitted per pair);
-- cross-view: the same time step in two views. Two fixed cameras share one F for the whole clip,
-  so the matches of all frames are pooled into one fit (as NVIDIA does); when a view moves (the
-  wrist camera) F changes every frame and is fitted per frame.
-
-Pairs with too few matches or inliers give no meaningful F, and neither do two frames of a static
-camera (no baseline: F is degenerate and √d ≈ 0 whatever the content). Such pairs are skipped and
-counted per reason ("too_few_matches", "too_few_inliers", "static_camera", ...), never averaged.
-Bands: < 1 px excellent, 1-3 good, 3-5 fair, > 5 poor.
+Camera-fixed pixels (the gripper in a wrist view) are masked out of every match (from the real
+clip, or boxes per role in the config). Pairs that cannot be scored are skipped and counted per
+reason, never averaged. Per frame pair: mean and median; per video: nanmedian of the pair
+medians; across videos: statistics of each video's median. Bands: < 1 px excellent, 1-3 good,
+3-5 fair, > 5 poor.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import math
 import multiprocessing
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -37,43 +41,13 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from worldtune.errors import EvaluationError, WorldtuneError
+from worldtune.eval.correspondences import NO_FEATURES, Features, SiftMatcher, track
+from worldtune.eval.epipolar import (FitSettings, cross_fitted_distances, distinct, fundamental_from_cameras,
+                                     robust_fundamental, sampson_distance)
 from worldtune.eval.progress import progress_bar
+from worldtune.eval.rig import Reference, boxes_mask, camera_fixed_mask, estimate_pair_reference, pair_key
 
-MIN_POINTS_FOR_F = 8  # the normalised 8-point algorithm inside every robust fitter needs this many
-
-
-# ------------------------------------------------------------------------------------- geometry
-def sampson_distance(F: np.ndarray, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
-    """√d per correspondence, in pixels, for F with the convention x0ᵀ F x1 = 0.
-
-    x0, x1: (N, 2) pixel coordinates in the first and second frame.
-    """
-    x0h = np.concatenate([np.asarray(x0, np.float64), np.ones((len(x0), 1))], axis=1)
-    x1h = np.concatenate([np.asarray(x1, np.float64), np.ones((len(x1), 1))], axis=1)
-    Fx1 = x1h @ F.T  # rows: F x1
-    Ftx0 = x0h @ F  # rows: Fᵀ x0
-    num = np.einsum("ij,ij->i", x0h, Fx1) ** 2
-    den = Fx1[:, 0] ** 2 + Fx1[:, 1] ** 2 + Ftx0[:, 0] ** 2 + Ftx0[:, 1] ** 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.sqrt(np.where(den > 0, num / den, np.nan))
-
-
-def skew(v: np.ndarray) -> np.ndarray:
-    """The cross-product matrix [v]ₓ, so that [v]ₓ w = v × w."""
-    return np.array([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]], dtype=np.float64)
-
-
-def fundamental_from_cameras(K0: np.ndarray, R0: np.ndarray, t0: np.ndarray,
-                             K1: np.ndarray, R1: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """The exact F (x0ᵀ F x1 = 0) of two pinhole cameras with x_cam = R X + t (world to camera).
-
-    Used to validate the metric: with the true F, true correspondences score ~0 px.
-    """
-    R = np.asarray(R0) @ np.asarray(R1).T  # camera-1 coordinates -> camera-0 coordinates
-    t = np.asarray(t0, np.float64).reshape(3) - R @ np.asarray(t1, np.float64).reshape(3)
-    E = skew(t) @ R
-    F = np.linalg.inv(np.asarray(K0, np.float64)).T @ E @ np.linalg.inv(np.asarray(K1, np.float64))
-    return F / np.linalg.norm(F)
+GEOMETRIES = ("auto", "calibrated", "reference", "selffit")
 
 
 # ------------------------------------------------------------------------------------- settings
@@ -81,100 +55,29 @@ def fundamental_from_cameras(K0: np.ndarray, R0: np.ndarray, t0: np.ndarray,
 class SampsonConfig:
     """Every knob of the metric; the defaults are the ones results are reported with."""
 
-    matcher: str = "sift"  # "sift" (default) or "orb"; see FEATURE_BACKENDS
-    max_features: int = 2000  # keypoints per frame
+    geometry: str = "auto"  # auto | calibrated | reference | selffit (see module docstring)
+    max_features: int = 2000  # SIFT keypoints per frame
     ratio: float = 0.75  # Lowe's ratio test
+    detect_scale: float | None = None  # SIFT on the frame scaled by this; None = 0.5 for views >= 200 px high
     threshold: float = 1.0  # robust fit inlier threshold, pixels
-    confidence: float = 0.999
-    max_iters: int = 2000
-    min_inliers: int = 15  # fewer inliers -> the pair is skipped (and counted)
-    min_motion: float = 0.5  # temporal: median match displacement (px) below this = static camera, skipped
+    min_inliers: int = 15  # distinct inliers a fit needs
+    min_cells: int = 5  # cells of a 4x4 grid the inliers must cover in each image
+    gate: float = 6.0  # reference scoring: matches farther (px) are wrong matches, counted not averaged
+    min_support: int = 6  # reference scoring: fewer matches agreeing with it -> pair skipped
+    window: int = 2  # reference scoring: frame t pools the matches of frames t-window..t+window
+    min_motion: float = 0.5  # temporal: median track displacement (px) below this = static camera, skipped
     frame_gap: int = 1  # temporal: frame t vs t + gap
-    frame_step: int = 1  # evaluate every k-th frame (pair); 1 = all
-    moving_views: tuple[str, ...] = ("wrist",)  # roles containing these move: cross-view F per frame
+    frame_step: int = 1  # evaluate every k-th frame (pair)
+    moving_views: tuple[str, ...] = ("wrist",)  # without calibration: roles containing these move
+    masks: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...] = ()  # role -> boxes to ignore
+    auto_masks: bool = True  # find camera-fixed pixels of moving views in the real clip
+    max_fit_error: float = 1.0  # reference from the real clip: held-out error it must stay under, px
     crossview: bool = True
     temporal: bool = True
 
-
-# ------------------------------------------------------------------------------------- features
-@dataclass
-class Features:
-    """Keypoints (N, 2) in pixels and their descriptors (N, D) of one frame."""
-
-    points: np.ndarray
-    descriptors: np.ndarray | None
-
-
-class SiftBackend:
-    """OpenCV SIFT + brute-force L2 kNN matching with Lowe's ratio test: offline, CPU, ~20-50 ms a pair."""
-
-    norm = "l2"
-
-    def __init__(self, cfg: SampsonConfig) -> None:
-        import cv2
-
-        self.cfg = cfg
-        self.detector = cv2.SIFT_create(nfeatures=cfg.max_features)
-        self.matcher = cv2.BFMatcher(cv2.NORM_L2)
-
-    def detect(self, rgb: np.ndarray) -> Features:
-        import cv2
-
-        gray = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2GRAY) if rgb.ndim == 3 else rgb
-        kps, desc = self.detector.detectAndCompute(gray, None)
-        pts = np.array([k.pt for k in kps], np.float32).reshape(-1, 2)
-        return Features(pts, desc)
-
-    def match(self, a: Features, b: Features) -> tuple[np.ndarray, np.ndarray]:
-        """Matched pixel coordinates (M, 2) in a and b that pass the ratio test."""
-        if a.descriptors is None or b.descriptors is None or len(a.points) < 2 or len(b.points) < 2:
-            return np.empty((0, 2), np.float32), np.empty((0, 2), np.float32)
-        pairs = self.matcher.knnMatch(a.descriptors, b.descriptors, k=2)
-        good = [m[0] for m in pairs if len(m) == 2 and m[0].distance < self.cfg.ratio * m[1].distance]
-        ia = np.array([m.queryIdx for m in good], np.int64)
-        ib = np.array([m.trainIdx for m in good], np.int64)
-        return a.points[ia].reshape(-1, 2), b.points[ib].reshape(-1, 2)
-
-
-class OrbBackend(SiftBackend):
-    """OpenCV ORB + Hamming matching: faster and coarser than SIFT; for quick looks only."""
-
-    def __init__(self, cfg: SampsonConfig) -> None:
-        import cv2
-
-        self.cfg = cfg
-        self.detector = cv2.ORB_create(nfeatures=cfg.max_features)
-        self.matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
-
-
-FEATURE_BACKENDS: dict[str, type[SiftBackend]] = {"sift": SiftBackend, "orb": OrbBackend}
-
-
-def make_backend(cfg: SampsonConfig) -> SiftBackend:
-    if cfg.matcher not in FEATURE_BACKENDS:
-        raise EvaluationError(f"unknown Sampson matcher '{cfg.matcher}': use one of {sorted(FEATURE_BACKENDS)}")
-    return FEATURE_BACKENDS[cfg.matcher](cfg)
-
-
-# -------------------------------------------------------------------------------- robust fitting
-def estimate_fundamental(x0: np.ndarray, x1: np.ndarray, cfg: SampsonConfig) -> tuple[np.ndarray, np.ndarray] | None:
-    """F (x0ᵀ F x1 = 0) and the inlier mask by USAC_MAGSAC (RANSAC if unavailable), or None."""
-    import cv2
-
-    if len(x0) < MIN_POINTS_FOR_F:
-        return None
-    p0 = np.ascontiguousarray(x0, np.float64)
-    p1 = np.ascontiguousarray(x1, np.float64)
-    method = getattr(cv2, "USAC_MAGSAC", None)
-    for m in ([method] if method is not None else []) + [cv2.FM_RANSAC]:
-        try:
-            # OpenCV's F satisfies points2ᵀ F points1 = 0, so pass (x1, x0) to get x0ᵀ F x1 = 0.
-            F, mask = cv2.findFundamentalMat(p1, p0, m, cfg.threshold, cfg.confidence, cfg.max_iters)
-        except cv2.error:
-            continue
-        if F is not None and F.shape[0] >= 3 and mask is not None:
-            return F[:3].astype(np.float64), mask.ravel().astype(bool)
-    return None
+    @property
+    def fit(self) -> FitSettings:
+        return FitSettings(threshold=self.threshold, min_inliers=self.min_inliers, min_cells=self.min_cells)
 
 
 # --------------------------------------------------------------------------------- aggregation
@@ -186,6 +89,8 @@ class SeriesScore:
     pair_means: list[float] = field(default_factory=list)
     pair_medians: list[float] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    mode: str = "selffit"  # calibrated | reference | selffit: where F came from
+    inlier_fractions: list[float] = field(default_factory=list)  # reference scoring: share within the gate
 
     @property
     def evaluated(self) -> int:
@@ -215,16 +120,22 @@ class SeriesScore:
         self.skipped[reason] = self.skipped.get(reason, 0) + n
 
     def summary(self) -> dict[str, Any]:
-        return {"mean": _json_float(self.mean), "median": _json_float(self.median),
-                "pairs": self.evaluated, "skipped": self.n_skipped, "skip_reasons": dict(self.skipped)}
+        out = {"mean": _json_float(self.mean), "median": _json_float(self.median), "mode": self.mode,
+               "pairs": self.evaluated, "skipped": self.n_skipped, "skip_reasons": dict(self.skipped)}
+        if self.inlier_fractions:
+            out["inlier_fraction"] = float(np.mean(self.inlier_fractions))
+        return out
 
 
 def merge_series(name: str, series: Iterable[SeriesScore]) -> SeriesScore:
     """All pairs of several series as one (a video's temporal score over all of its views)."""
-    out = SeriesScore(name)
+    series = list(series)
+    modes = sorted({s.mode for s in series if s.evaluated})
+    out = SeriesScore(name, mode="+".join(modes) or (series[0].mode if series else "selffit"))
     for s in series:
         out.pair_means += s.pair_means
         out.pair_medians += s.pair_medians
+        out.inlier_fractions += s.inlier_fractions
         for k, v in s.skipped.items():
             out.skip(k, v)
     return out
@@ -239,6 +150,7 @@ class VideoScore:
     crossview: dict[str, SeriesScore] = field(default_factory=dict)
     status: str = "ok"  # "ok" or "skipped: <reason>"
     num_frames: int = 0
+    notes: dict[str, str] = field(default_factory=dict)  # what was not scored on purpose, and why
 
     @property
     def ok(self) -> bool:
@@ -248,7 +160,7 @@ class VideoScore:
         return merge_series(kind, getattr(self, kind).values())
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "status": self.status, "num_frames": self.num_frames}
+        out: dict[str, Any] = {"key": self.key, "status": self.status, "num_frames": self.num_frames, "notes": self.notes}
         for kind in ("temporal", "crossview"):
             series = getattr(self, kind)
             out[kind] = {"overall": self.overall(kind).summary() if series else None,
@@ -270,7 +182,7 @@ def across_videos(medians: Sequence[float]) -> dict[str, Any]:
 
 
 def band(pixels: float | None) -> str:
-    """DESIGN.md §6 bands: < 1 px excellent, 1-3 good, 3-5 fair, > 5 poor."""
+    """< 1 px excellent, 1-3 good, 3-5 fair, > 5 poor."""
     if pixels is None or not math.isfinite(pixels):
         return "n/a"
     return "excellent" if pixels < 1 else "good" if pixels < 3 else "fair" if pixels < 5 else "poor"
@@ -292,101 +204,203 @@ def _json_float(x: float) -> float | None:
 
 # ---------------------------------------------------------------------------------- the metric
 class SampsonError:
-    """Sampson error of videos: temporal (within a view) and cross-view (between views).
+    """Sampson error of videos: temporal (within a moving view) and cross-view (between views).
 
-    >>> metric = SampsonError(SampsonConfig(min_inliers=15))
-    >>> score = metric.score_views({"exterior_1": frames_a, "exterior_2": frames_b})
-    >>> score.overall("temporal").median  # pixels
+    >>> metric = SampsonError(SampsonConfig())
+    >>> ref = metric.reference(real_views, name="ep0")            # once per input
+    >>> score = metric.score_views(generated_views, reference=ref)
+    >>> score.overall("crossview").median  # pixels
     """
 
     def __init__(self, config: SampsonConfig | None = None) -> None:
         self.cfg = config or SampsonConfig()
-        self.backend = make_backend(self.cfg)
+        if self.cfg.geometry not in GEOMETRIES:
+            raise EvaluationError(f"unknown Sampson geometry '{self.cfg.geometry}': use one of {list(GEOMETRIES)}")
+        self._matchers: dict[float, SiftMatcher] = {}
 
-    # -- one pair of images
-    def pair_distances(self, f0: Features, f1: Features, min_motion: float = 0.0) -> tuple[np.ndarray | None, str | None]:
-        """√d over all matches of two frames with their own fitted F, or (None, skip reason).
+    # -- building blocks
+    def matcher(self, hw: tuple[int, int]) -> SiftMatcher:
+        scale = self.cfg.detect_scale or (0.5 if hw[0] >= 200 else 1.0)
+        if scale not in self._matchers:
+            self._matchers[scale] = SiftMatcher(self.cfg.max_features, self.cfg.ratio, scale)
+        return self._matchers[scale]
 
-        With `min_motion` > 0, a pair whose matches barely move (median displacement below it, in
-        px) is skipped as "static_camera": without a baseline F is degenerate and √d ≈ 0 says
-        nothing about the video.
-        """
-        x0, x1 = self.backend.match(f0, f1)
-        if len(x0) < max(MIN_POINTS_FOR_F, self.cfg.min_inliers):
-            return None, "too_few_matches"
-        if min_motion > 0 and float(np.median(np.linalg.norm(x1 - x0, axis=1))) < min_motion:
-            return None, "static_camera"
-        fit = estimate_fundamental(x0, x1, self.cfg)
-        if fit is None:
-            return None, "no_fundamental"
-        F, inliers = fit
-        if int(inliers.sum()) < self.cfg.min_inliers:
-            return None, "too_few_inliers"
-        return sampson_distance(F, x0, x1), None
+    def is_moving(self, role: str, reference: Reference | None = None) -> bool:
+        """Calibrated cameras say which move; otherwise a role containing one of `moving_views`."""
+        if reference is not None and reference.K:
+            return role in reference.moving
+        return any(m in role for m in self.cfg.moving_views)
 
-    def pair(self, frame0: np.ndarray, frame1: np.ndarray) -> dict[str, Any]:
-        """Mean and median √d of two images (or the skip reason): the metric's smallest unit."""
-        d, reason = self.pair_distances(self.backend.detect(frame0), self.backend.detect(frame1))
-        if d is None:
-            return {"skipped": reason}
-        return {"mean": float(np.nanmean(d)), "median": float(np.nanmedian(d)), "matches": int(len(d))}
-
-    # -- series
-    def temporal(self, frames: np.ndarray | Sequence[Features], name: str = "video") -> SeriesScore:
-        """Frame t vs t + gap within one view, F fitted per pair."""
-        feats = self._features(frames)
-        out = SeriesScore(name)
-        gap = self.cfg.frame_gap
-        for t in range(0, len(feats) - gap, self.cfg.frame_step):
-            d, reason = self.pair_distances(feats[t], feats[t + gap], min_motion=self.cfg.min_motion)
-            out.skip(reason) if d is None else out.add(d)
+    def masks(self, views: Mapping[str, np.ndarray], reference: Reference | None) -> dict[str, np.ndarray]:
+        """Usable pixels per view: the reference's camera-fixed masks and the configured boxes."""
+        out: dict[str, np.ndarray] = {}
+        boxes = {role: [list(b) for b in bs] for role, bs in self.cfg.masks}
+        for role, frames in views.items():
+            hw = tuple(frames.shape[1:3])
+            m = np.ones(hw, bool)
+            if reference is not None and role in reference.masks and reference.masks[role].shape == hw:
+                m &= reference.masks[role]
+            for key, bs in boxes.items():
+                if key in role:
+                    m &= boxes_mask(bs, hw)  # type: ignore[arg-type]
+            if not m.all():
+                out[role] = m
         return out
 
-    def crossview(self, frames_a: np.ndarray | Sequence[Features], frames_b: np.ndarray | Sequence[Features],
-                  pooled: bool, name: str = "a|b") -> SeriesScore:
-        """The same time step in two views: one pooled F (fixed cameras) or one F per frame."""
-        fa, fb = self._features(frames_a), self._features(frames_b)
-        out = SeriesScore(name)
-        steps = range(0, min(len(fa), len(fb)), self.cfg.frame_step)
-        if not pooled:
-            for t in steps:
-                d, reason = self.pair_distances(fa[t], fb[t])
-                out.skip(reason) if d is None else out.add(d)
-            return out
-        matches = [self.backend.match(fa[t], fb[t]) for t in steps]
-        all0 = np.concatenate([m[0] for m in matches]) if matches else np.empty((0, 2))
-        all1 = np.concatenate([m[1] for m in matches]) if matches else np.empty((0, 2))
-        fit = estimate_fundamental(all0, all1, self.cfg) if len(all0) >= self.cfg.min_inliers else None
-        if fit is None or int(fit[1].sum()) < self.cfg.min_inliers:
-            out.skip("pooled_fit_failed", len(matches))
-            return out
-        F = fit[0]
-        for x0, x1 in matches:
-            if len(x0) < MIN_POINTS_FOR_F:
+    def _frames(self, n: int) -> range:
+        return range(0, n, self.cfg.frame_step)
+
+    def features(self, frames: np.ndarray, mask: np.ndarray | None) -> list[Features]:
+        """SIFT of the frames on the step grid (others left empty): detected once, used by every pair."""
+        m = self.matcher(frames.shape[1:3])
+        wanted = set(self._frames(len(frames)))
+        return [m.detect(frames[t], mask) if t in wanted else NO_FEATURES for t in range(len(frames))]
+
+    # -- reference from a real clip
+    def reference(self, views: Mapping[str, np.ndarray], name: str = "reference",
+                  base: Reference | None = None) -> Reference:
+        """What the real clip says: camera-fixed masks of moving views and F of each fixed pair.
+
+        `base` (a calibrated reference) keeps its F and K; only what it lacks is estimated.
+        """
+        sizes = {r: tuple(v.shape[1:3]) for r, v in views.items()}
+        ref = base.for_size(sizes) if base is not None else Reference(name, sizes)  # type: ignore[arg-type]
+        ref.moving = {r for r in views if self.is_moving(r, ref)}
+        if self.cfg.auto_masks:
+            for role in ref.moving:
+                mask = camera_fixed_mask(views[role])
+                if mask is not None:
+                    ref.masks[role] = mask
+        if self.cfg.geometry in ("auto", "reference") and self.cfg.crossview:
+            masks = self.masks(views, ref)
+            feats: dict[str, list[Features]] = {}
+            for a, b in combinations(sorted(views), 2):
+                key = pair_key(a, b)
+                if a in ref.moving or b in ref.moving or (key in ref.pairs and ref.pairs[key].F is not None):
+                    continue
+                for r in (a, b):
+                    if r not in feats:
+                        feats[r] = self.features(views[r], masks.get(r))
+                ref.pairs[key] = estimate_pair_reference(feats[a], feats[b], self.matcher(sizes[a]), sizes[a], sizes[b],
+                                                         self.cfg.fit, self.cfg.max_fit_error)
+        return ref
+
+    # -- series
+    def temporal(self, frames: np.ndarray, mask: np.ndarray | None = None, K: np.ndarray | None = None,
+                 name: str = "video") -> SeriesScore:
+        """Frame t vs t + gap of one moving view: KLT tracks, cross-fitted guarded F per pair."""
+        out = SeriesScore(name, mode="selffit")
+        gap, wh = self.cfg.frame_gap, (frames.shape[2], frames.shape[1])
+        for t in range(0, len(frames) - gap, self.cfg.frame_step):
+            x0, x1 = track(frames[t], frames[t + gap], mask)
+            if len(x0) < self.cfg.min_inliers:
                 out.skip("too_few_matches")
-            else:
-                out.add(sampson_distance(F, x0, x1))
+                continue
+            if float(np.median(np.linalg.norm(x1 - x0, axis=1))) < self.cfg.min_motion:
+                out.skip("static_camera")
+                continue
+            d, reason = cross_fitted_distances(x0, x1, wh, wh, replace(self.cfg.fit, check_epipole=False), K, seed=t)
+            out.skip(reason) if d is None else out.add(d)  # type: ignore[arg-type]
+        return out
+
+    def crossview_reference(self, fa: Sequence[Features], fb: Sequence[Features], F: np.ndarray, matcher: SiftMatcher,
+                            mode: str, name: str = "a|b") -> SeriesScore:
+        """Each frame's matches measured under the rig's F; wrong matches trimmed and counted.
+
+        A frame is scored on the distinct matches of the frames within ±`window` of it: F is the
+        rig's and fixed, so neighbouring frames are more samples of the same constraint, and a
+        wide-baseline pair over a plain table rarely has enough correct matches in one frame.
+        """
+        out = SeriesScore(name, mode=mode)
+        steps = list(self._frames(min(len(fa), len(fb))))
+        per = {t: matcher.match(fa[t], fb[t]) for t in steps}
+        w = self.cfg.window * self.cfg.frame_step
+        for t in steps:
+            near_t = [per[u] for u in steps if abs(u - t) <= w]
+            x0 = np.concatenate([m[0] for m in near_t])
+            x1 = np.concatenate([m[1] for m in near_t])
+            keep = distinct(x0, x1)
+            d = sampson_distance(F, x0[keep], x1[keep])
+            near = trimmed(d, self.cfg.gate, self.cfg.min_support)
+            if len(near) < self.cfg.min_support:
+                out.skip("too_few_matches" if len(d) < self.cfg.min_support else "matches_off_reference")
+                continue
+            out.add(near)
+            out.inlier_fractions.append(len(near) / len(d))
+        return out
+
+    def crossview_selffit(self, fa: Sequence[Features], fb: Sequence[Features], pooled: bool, matcher: SiftMatcher,
+                          size_a: tuple[int, int], size_b: tuple[int, int], name: str = "a|b") -> SeriesScore:
+        """Guarded, cross-fitted F: one per frame (a moving view), or pooled over the clip (fixed pair)."""
+        out = SeriesScore(name, mode="selffit")
+        wa, wb = (size_a[1], size_a[0]), (size_b[1], size_b[0])
+        steps = list(self._frames(min(len(fa), len(fb))))
+        matches = [matcher.match(fa[t], fb[t]) for t in steps]
+        if not pooled:
+            for t, (x0, x1) in zip(steps, matches):
+                d, reason = cross_fitted_distances(x0, x1, wa, wb, self.cfg.fit, seed=t)
+                out.skip(reason) if d is None else out.add(d)  # type: ignore[arg-type]
+            return out
+        x0 = np.concatenate([m[0] for m in matches]) if matches else np.empty((0, 2))
+        x1 = np.concatenate([m[1] for m in matches]) if matches else np.empty((0, 2))
+        keep = distinct(x0, x1)
+        d, reason = cross_fitted_distances(x0[keep], x1[keep], wa, wb, self.cfg.fit)
+        if d is None:
+            out.skip(f"pooled_{reason}", len(matches))
+            return out
+        # every match gets the held-out distance of its distinct representative
+        key = np.round(np.concatenate([x0, x1], axis=1)).astype(np.int64)
+        lookup = {tuple(k): v for k, v in zip(key[keep], d)}
+        start = 0
+        for m0, _ in matches:
+            dist = np.array([lookup.get(tuple(k), np.nan) for k in key[start:start + len(m0)]])
+            start += len(m0)
+            out.skip("too_few_matches") if np.isfinite(dist).sum() < self.cfg.min_support else out.add(dist)
         return out
 
     # -- whole videos
-    def score_views(self, views: Mapping[str, np.ndarray], key: str = "video") -> VideoScore:
-        """Temporal score of every view and cross-view score of every pair of views."""
+    def score_views(self, views: Mapping[str, np.ndarray], key: str = "video",
+                    reference: Reference | None = None) -> VideoScore:
+        """Temporal score of every moving view and cross-view score of every pair of views."""
         lengths = {len(v) for v in views.values()}
         score = VideoScore(key, num_frames=min(lengths) if lengths else 0)
         if score.num_frames < 2:  # a one-frame "video" is a broken output, not a clip to score
             score.status = "skipped: fewer than 2 frames"
             return score
-        feats = {role: self._features(frames) for role, frames in views.items()}
+        sizes = {r: tuple(v.shape[1:3]) for r, v in views.items()}
+        ref = reference.for_size(sizes) if reference is not None else None  # type: ignore[arg-type]
+        masks = self.masks(views, ref)
+        moving = {r for r in views if self.is_moving(r, ref)}
         if self.cfg.temporal:
-            for role, f in feats.items():
-                score.temporal[role] = self.temporal(f, name=role)
+            for role, frames in sorted(views.items()):
+                if role in moving:
+                    K = ref.K.get(role) if ref is not None else None
+                    score.temporal[role] = self.temporal(frames, masks.get(role), K, name=role)
+                else:
+                    score.notes[f"temporal:{role}"] = "fixed camera: no baseline between its frames, not scored"
         if self.cfg.crossview:
-            for a, b in combinations(sorted(feats), 2):
-                pooled = not (self.is_moving(a) or self.is_moving(b))
-                score.crossview[f"{a}|{b}"] = self.crossview(feats[a], feats[b], pooled, name=f"{a}|{b}")
+            feats = {role: self.features(frames, masks.get(role)) for role, frames in views.items()}
+            for a, b in combinations(sorted(views), 2):
+                name = f"{a}|{b}"
+                matcher = self.matcher(sizes[a])  # type: ignore[arg-type]
+                fixed = a not in moving and b not in moving
+                pair = ref.pairs.get(pair_key(a, b)) if ref is not None else None
+                if fixed and self.cfg.geometry != "selffit" and pair is not None and pair.F is not None:
+                    score.crossview[name] = self.crossview_reference(feats[a], feats[b], pair.F, matcher, pair.mode, name)
+                elif fixed and self.cfg.geometry in ("calibrated", "reference"):
+                    s = SeriesScore(name, mode=self.cfg.geometry)
+                    s.skip("no_reference", len(self._frames(score.num_frames)))
+                    score.crossview[name] = s
+                    score.notes[f"crossview:{name}"] = (pair.reason if pair is not None and pair.reason else
+                                                        "no reference geometry for this pair")
+                else:
+                    if fixed and pair is not None and pair.reason:
+                        score.notes[f"crossview:{name}"] = f"no reference ({pair.reason}); self-fit"
+                    score.crossview[name] = self.crossview_selffit(feats[a], feats[b], fixed, matcher,
+                                                                   sizes[a], sizes[b], name)  # type: ignore[arg-type]
         return score
 
-    def score_source(self, source: "VideoSource") -> VideoScore:
+    def score_source(self, source: "VideoSource", reference: Reference | None = None) -> VideoScore:
         """Load a source (grid, per-view files or a plain video) and score it; bad files are skips."""
         from worldtune.eval.video import VideoReadError
 
@@ -396,43 +410,76 @@ class SampsonError:
             return VideoScore(source.key, status=f"skipped: unreadable video ({e})")
         except WorldtuneError as e:  # e.g. a video the layout cannot split
             return VideoScore(source.key, status=f"skipped: {e}")
-        return self.score_views(views, key=source.key)
+        return self.score_views(views, key=source.key, reference=reference)
 
-    def score_many(self, sources: Sequence["VideoSource"], workers: int = 1, progress: bool = True) -> list[VideoScore]:
+    def reference_source(self, source: "VideoSource", base: Reference | None = None) -> Reference | None:
+        """The reference of a real clip file, or None when it cannot be read."""
+        from worldtune.eval.video import VideoReadError
+
+        try:
+            views = source.load()
+        except (VideoReadError, WorldtuneError):
+            return base
+        return self.reference(views, name=source.key, base=base)
+
+    def score_many(self, sources: Sequence["VideoSource"], workers: int = 1, progress: bool = True,
+                   references: Sequence[Reference | None] | None = None) -> list[VideoScore]:
         """Score many videos, in parallel processes when workers > 1, with a progress bar.
 
-        Workers are spawned (not forked), so a script calling this needs the usual
-        `if __name__ == "__main__":` guard.
+        `references[i]` is the rig reference of sources[i] (None: none). Workers are spawned (not
+        forked), so a script calling this needs the usual `if __name__ == "__main__":` guard.
         """
-        results: dict[int, VideoScore] = {}
-        with progress_bar(len(sources), "Sampson error", enabled=progress) as advance:
-            if workers <= 1 or len(sources) <= 1:
-                for i, src in enumerate(sources):
-                    results[i] = self.score_source(src)
-                    advance()
-            else:
-                # spawn, not fork: a forked child inherits OpenCV's thread pool locks and can deadlock
-                ctx = multiprocessing.get_context("spawn")
-                with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
-                    futures = {pool.submit(_score_one, self.cfg, src): i for i, src in enumerate(sources)}
-                    for fut in as_completed(futures):
-                        results[futures[fut]] = fut.result()
-                        advance()
-        return [results[i] for i in range(len(sources))]
+        refs = list(references) if references is not None else [None] * len(sources)
+        return _map(_score_one, [(self.cfg, s, r) for s, r in zip(sources, refs)], workers, progress, "Sampson error",
+                    lambda: [self.score_source(s, r) for s, r in zip(sources, refs)])
 
-    def is_moving(self, role: str) -> bool:
-        """A view moves when its role contains one of `moving_views` ("wrist" matches "wrist_left")."""
-        return any(m in role for m in self.cfg.moving_views)
+    def reference_many(self, sources: Sequence["VideoSource"], bases: Sequence[Reference | None], workers: int = 1,
+                       progress: bool = True) -> list[Reference | None]:
+        """References of many real clips (once per input, before the generated videos are scored)."""
+        return _map(_reference_one, [(self.cfg, s, b) for s, b in zip(sources, bases)], workers, progress,
+                    "rig reference", lambda: [self.reference_source(s, b) for s, b in zip(sources, bases)])
 
-    def _features(self, frames: np.ndarray | Sequence[Features]) -> list[Features]:
-        if len(frames) and isinstance(frames[0], Features):
-            return list(frames)  # type: ignore[arg-type]
-        step = self.cfg.frame_step
-        gap = self.cfg.frame_gap
-        # Only frames some pair uses are detected (t on the step grid, and t + gap for temporal).
-        needed = set(range(0, len(frames), step)) | {t + gap for t in range(0, len(frames) - gap, step)}
-        empty = Features(np.empty((0, 2), np.float32), None)
-        return [self.backend.detect(frames[t]) if t in needed else empty for t in range(len(frames))]
+
+def trimmed(d: np.ndarray, gate: float, min_support: int) -> np.ndarray:
+    """The distances of the matches that agree with the reference geometry: wrong matches trimmed.
+
+    Start from every match within `gate` px, then repeatedly keep those within median + 3 robust
+    standard deviations (1.4826 x MAD) of the kept ones. Correct matches form a cluster whose
+    level moves with the video's geometric error (a view shifted by d px moves it by about d);
+    wrong matches are spread over the whole gate and are cut away. Matches spread evenly (all
+    wrong) have no cluster to shrink to and keep a level near gate/2: they read high.
+    """
+    near = d[np.isfinite(d) & (d <= gate)]
+    for _ in range(10):
+        if len(near) < min_support:
+            break
+        m = float(np.median(near))
+        limit = min(gate, m + 3 * max(1.4826 * float(np.median(np.abs(near - m))), 0.05))
+        kept = near[near <= limit]
+        if len(kept) == len(near):
+            break
+        near = kept
+    return near
+
+
+def _map(fn, args: list[tuple], workers: int, progress: bool, title: str, serial) -> list:
+    """fn over args in spawned processes (one OpenCV thread each) with a progress bar."""
+    results: dict[int, Any] = {}
+    with progress_bar(len(args), title, enabled=progress) as advance:
+        if workers <= 1 or len(args) <= 1:
+            out = []
+            for a in args:
+                out.append(fn(*a))
+                advance()
+            return out
+        # spawn, not fork: a forked child inherits OpenCV's thread pool locks and can deadlock
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
+            futures = {pool.submit(fn, *a): i for i, a in enumerate(args)}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                advance()
+    return [results[i] for i in range(len(args))]
 
 
 def _worker_init() -> None:
@@ -442,8 +489,12 @@ def _worker_init() -> None:
     cv2.setNumThreads(1)
 
 
-def _score_one(cfg: SampsonConfig, source: "VideoSource") -> VideoScore:
-    return SampsonError(cfg).score_source(source)
+def _score_one(cfg: SampsonConfig, source: "VideoSource", reference: Reference | None) -> VideoScore:
+    return SampsonError(cfg).score_source(source, reference)
+
+
+def _reference_one(cfg: SampsonConfig, source: "VideoSource", base: Reference | None) -> Reference | None:
+    return SampsonError(cfg).reference_source(source, base)
 
 
 # ------------------------------------------------------------------------------------- sources
@@ -454,7 +505,7 @@ class VideoSource:
     - `views`: {role: path} of separate per-camera files;
     - `video` + `layout`: a video split by the layout dict of the generations' info.json
       (`worldtune.data.layout.layout_from_dict`: grid, separate or single);
-    - `video` alone: a plain single-view video (temporal only), its view named "video".
+    - `video` alone: a plain single-view video, its view named "video".
     """
 
     key: str
@@ -500,6 +551,11 @@ def summarize(scores: Sequence[VideoScore]) -> dict[str, Any]:
                      "pairs": sum(m.evaluated for m in merged), "pairs_skipped": sum(reasons.values()),
                      "skip_reasons": dict(reasons)}
     return out
+
+
+def estimate_fundamental(x0: np.ndarray, x1: np.ndarray, cfg: SampsonConfig) -> tuple[np.ndarray, np.ndarray] | None:
+    """A plain robust F (x0ᵀ F x1 = 0) and its inlier mask, no guards: for callers that check themselves."""
+    return robust_fundamental(x0, x1, cfg.fit)
 
 
 __all__ = ["SampsonError", "SampsonConfig", "VideoScore", "SeriesScore", "VideoSource", "sampson_distance",

