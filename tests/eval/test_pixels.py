@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from worldtune.errors import EvaluationError
-from worldtune.eval.pixels import HIGHER_IS_BETTER, METRICS, PSNR_CAP_DB, pixel_metrics, ssim_curve
+from worldtune.eval.pixels import HIGHER_IS_BETTER, METRICS, PSNR_CAP_DB, grey_clip, pixel_metrics, ssim_curve
 
 C1, C2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
 
@@ -53,47 +53,47 @@ def test_identical_frames_read_the_cap():
 
 # ---------------------------------------------------------------------------------------- SSIM
 def test_ssim_identical_is_one_and_constant_offset_follows_the_formula():
-    tex = np.stack([_texture(24, 24, 1), _texture(24, 24, 2)])
+    tex = grey_clip(np.stack([_texture(24, 24, 1), _texture(24, 24, 2)]))
     assert ssim_curve(tex, tex) == pytest.approx([1.0, 1.0], abs=1e-6)
     # constant frames a and a + c: no variance, so SSIM is the luminance term alone
     # (float32 arithmetic: agreement to 1e-4)
     a, c = 100, 20
     expected = (2 * a * (a + c) + C1) / (a**2 + (a + c) ** 2 + C1)
-    assert ssim_curve(_clip(1, 16, 16, a), _clip(1, 16, 16, a + c)) == pytest.approx([expected], abs=1e-4)
-
-
-def _gaussian_window() -> np.ndarray:
-    k = np.arange(11) - 5
-    g = np.exp(-(k**2) / (2 * 1.5**2))
-    g /= g.sum()
-    return np.outer(g, g)
+    flat = np.full((1, 16, 16), a, np.uint8)
+    assert ssim_curve(flat, flat + c) == pytest.approx([expected], abs=1e-4)
 
 
 def _local_mean(img: np.ndarray) -> np.ndarray:
-    """Gaussian-weighted mean over every 11x11 window lying inside the image ('valid')."""
-    return np.einsum("ijkl,kl->ij", np.lib.stride_tricks.sliding_window_view(img, (11, 11)), _gaussian_window())
+    """Gaussian-weighted (11x11, sigma 1.5) mean over every window lying inside the image."""
+    k = np.arange(11) - 5
+    g = np.exp(-(k**2) / (2 * 1.5**2))
+    window = np.outer(g, g) / g.sum() ** 2
+    return np.einsum("ijkl,kl->ij", np.lib.stride_tricks.sliding_window_view(img, (11, 11)), window)
 
 
-def test_ssim_matches_the_wang_formula_with_valid_windows():
-    """Textured frame + offset: σ and the structure are unchanged, so SSIM per window is the
-    luminance term of the local means; checked per channel on the windows inside the frame."""
-    x = (_texture(24, 30, 3) // 2 + 20).astype(np.uint8)
-    y = (x + 60).astype(np.uint8)
-    expected = []
-    for ch in range(3):
-        mx = _local_mean(x[..., ch].astype(np.float64))
-        my = mx + 60
-        expected.append(np.mean((2 * mx * my + C1) / (mx**2 + my**2 + C1)))
-    assert ssim_curve(x[None], y[None])[0] == pytest.approx(np.mean(expected), abs=1e-4)
+def test_ssim_matches_the_wang_formula_on_the_windows_inside_the_frame():
+    x = grey_clip(_texture(24, 30, 3)[None])[0] // 2 + 20
+    # textured frame + offset: σ and structure are unchanged, SSIM per window is the luminance
+    # term of the local means
+    mx = _local_mean(x.astype(np.float64))
+    expected = np.mean((2 * mx * (mx + 60) + C1) / (mx**2 + (mx + 60) ** 2 + C1))
+    assert ssim_curve(x[None], x[None] + 60)[0] == pytest.approx(expected, abs=1e-4)
     # and a general pair, against the full formula on the same windows
-    z = _texture(24, 30, 4)
-    full = []
-    for ch in range(3):
-        a, b = x[..., ch].astype(np.float64), z[..., ch].astype(np.float64)
-        ma, mb = _local_mean(a), _local_mean(b)
-        va, vb, cov = _local_mean(a * a) - ma**2, _local_mean(b * b) - mb**2, _local_mean(a * b) - ma * mb
-        full.append(np.mean((2 * ma * mb + C1) * (2 * cov + C2) / ((ma**2 + mb**2 + C1) * (va + vb + C2))))
-    assert ssim_curve(x[None], z[None])[0] == pytest.approx(np.mean(full), abs=1e-4)
+    z = grey_clip(_texture(24, 30, 4)[None])[0]
+    a, b = x.astype(np.float64), z.astype(np.float64)
+    ma, mb = _local_mean(a), _local_mean(b)
+    va, vb, cov = _local_mean(a * a) - ma**2, _local_mean(b * b) - mb**2, _local_mean(a * b) - ma * mb
+    full = np.mean((2 * ma * mb + C1) * (2 * cov + C2) / ((ma**2 + mb**2 + C1) * (va + vb + C2)))
+    assert ssim_curve(x[None], z[None])[0] == pytest.approx(full, abs=1e-4)
+
+
+def test_reported_ssim_is_the_luma_ssim_of_the_scored_frames():
+    real = np.stack([_texture(24, 24, s) for s in range(3)])
+    gen = np.stack([_texture(24, 24, s + 10) for s in range(3)])
+    m = pixel_metrics(gen, real)
+    luma = ssim_curve(grey_clip(gen)[1:], grey_clip(real)[1:])
+    assert m.curves["ssim"] == pytest.approx(list(luma))
+    assert m.values["ssim"] == pytest.approx(luma.mean())
 
 
 # -------------------------------------------------------------------------------- dynamic PSNR
@@ -160,6 +160,7 @@ def test_static_real_clip_leaves_dynamic_psnr_undefined_with_a_reason():
     m = pixel_metrics(real.copy(), real)
     assert math.isnan(m.values["dynamic_psnr"])
     assert "does not move" in m.reasons["dynamic_psnr"]
+    assert "too small for optical flow" in m.reasons["warp_error"] and math.isnan(m.values["warp_error"])
     d = m.to_dict()
     assert d["values"]["dynamic_psnr"] is None and d["curves"]["dynamic_psnr"] == [None, None]
     assert d["values"]["psnr"] == PSNR_CAP_DB
@@ -221,6 +222,16 @@ def test_every_metric_has_a_curve_over_the_scored_frames_and_a_direction():
     assert set(m.values) == set(m.curves) == set(METRICS)
     assert all(len(c) == 3 for c in m.curves.values())
     assert set(HIGHER_IS_BETTER) | {"warp_error_real"} == set(METRICS)
+    # with start=0 the first frame has no predecessor: frame-to-frame curves are undefined there
+    m0 = pixel_metrics(real[::-1].copy(), real, start=0)
+    assert m0.frames == [0, 1, 2, 3, 4]
+    for name in ("motion_iou_spatial", "motion_iou_spatiotemporal", "warp_error", "warp_error_real"):
+        assert math.isnan(m0.curves[name][0]) and not any(map(math.isnan, m0.curves[name][1:])), name
+        assert m0.to_dict()["curves"][name][0] is None
+    assert not any(map(math.isnan, m0.curves["dynamic_psnr"]))  # frame 0 borrows frame 1's mask
+    # a real clip's warp error computed once is reused as given
+    reused = pixel_metrics(real[::-1].copy(), real, start=2, real_warp_error=(7.0, np.array([7.0, 7.0, 7.0])))
+    assert reused.values["warp_error_real"] == 7.0 and reused.values["warp_error"] == m.values["warp_error"]
 
 
 # -------------------------------------------------------------------------------------- inputs

@@ -19,11 +19,13 @@ The numbers (each a clip value and a curve over the horizon, one entry per score
   capped at PSNR_CAP_DB = 100 dB (a uint8 error of one level in one pixel of a 180x320 frame is
   already 100.5 dB), so a perfect frame reads 100 and averages stay finite.
 - ssim [-1..1, higher is better]: the standard SSIM of Wang et al. (2004): Gaussian window 11x11,
-  sigma 1.5, K1 = 0.01, K2 = 0.03, data range 255, computed on each RGB channel and averaged over
-  channels (as cosmos-framework's metrics average over channels). As in the reference
-  implementation, the SSIM map is averaged over the pixels whose window lies inside the frame
-  (a 5-pixel border is left out); frames smaller than the window use the whole map with
-  reflected borders. Arithmetic is float32 (fast; accurate to about 1e-4).
+  sigma 1.5, K1 = 0.01, K2 = 0.03, data range 255, on the 8-bit luma (OpenCV RGB→GRAY, BT.601
+  weights): SSIM is defined on grey levels, and luma is the plane a video codec keeps at full
+  resolution. As in the reference implementation, the SSIM map is averaged over the pixels whose
+  window lies inside the frame (a 5-pixel border is left out); frames smaller than the window
+  use the whole map with reflected borders. Arithmetic is float32 (accurate to about 1e-4).
+  cosmos-framework instead averages RGB channels under scikit-image's 7x7 uniform window, so
+  its values are not interchangeable with these.
 - dynamic_psnr [dB, higher is better]: PSNR over the pixels that really move, following
   NVIDIA cosmos-framework's definition, so that a static background that is easy to copy cannot
   dominate. Motion of the REAL clip at frame t is the channel mean of |real[t] - real[t-1]|; a
@@ -122,11 +124,13 @@ class PixelMetrics:
 
 
 def pixel_metrics(generated: np.ndarray, real: np.ndarray, *, start: int = DEFAULT_START,
-                  label: str = "clip") -> PixelMetrics:
+                  label: str = "clip", real_warp_error: tuple[float, np.ndarray] | None = None) -> PixelMetrics:
     """All pixel metrics of `generated` against `real` (uint8 (T, H, W, 3) RGB, same shape).
 
     start: number of leading frames given to the model, excluded from scoring (default 1).
     label: names the clip (file, view) in error messages.
+    real_warp_error: flow_warping_error(real, start=start), when several generations share one
+    real clip; computed here otherwise.
     """
     _check_clips(generated, real, start, label)
     frames = list(range(start, len(real)))
@@ -134,27 +138,28 @@ def pixel_metrics(generated: np.ndarray, real: np.ndarray, *, start: int = DEFAU
     curves: dict[str, np.ndarray] = {}
     reasons: dict[str, str] = {}
 
+    grey_gen, grey_real = grey_clip(generated), grey_clip(real)
     curves["psnr"] = psnr_curve(generated[start:], real[start:])
     values["psnr"] = float(curves["psnr"].mean())
-    curves["ssim"] = ssim_curve(generated[start:], real[start:])
+    curves["ssim"] = ssim_curve(grey_gen[start:], grey_real[start:])
     values["ssim"] = float(curves["ssim"].mean())
 
     values["dynamic_psnr"], curves["dynamic_psnr"] = dynamic_psnr(generated, real, start=start)
     if math.isnan(values["dynamic_psnr"]):
         reasons["dynamic_psnr"] = "the real clip does not move in the scored frames"
 
-    grey_gen, grey_real = grey_clip(generated), grey_clip(real)
     iou = motion_iou(motion_masks(grey_gen), motion_masks(grey_real), start=start)
     for name in ("motion_iou_spatial", "motion_iou_spatiotemporal"):
         values[name], curves[name] = iou[name]
 
     values["warp_error"], curves["warp_error"] = flow_warping_error(generated, grey_gen, start=start)
-    values["warp_error_real"], curves["warp_error_real"] = flow_warping_error(real, grey_real, start=start)
+    values["warp_error_real"], curves["warp_error_real"] = (
+        real_warp_error if real_warp_error is not None else flow_warping_error(real, grey_real, start=start))
+    too_small = min(real.shape[1:3]) < MIN_FLOW_SIZE
     for name in ("warp_error", "warp_error_real"):
         if math.isnan(values[name]):
-            reasons[name] = (f"frames smaller than {MIN_FLOW_SIZE}x{MIN_FLOW_SIZE} pixels are too small for optical flow"
-                             if min(real.shape[1:3]) < MIN_FLOW_SIZE else
-                             "no scored frame pair has flow landing inside the frame")
+            reasons[name] = (f"frames under {MIN_FLOW_SIZE}x{MIN_FLOW_SIZE} pixels are too small for optical flow"
+                             if too_small else "no scored frame pair has flow landing inside the frame")
 
     return PixelMetrics(frames=frames, values=values,
                         curves={k: [float(x) for x in c] for k, c in curves.items()}, reasons=reasons)
@@ -179,7 +184,11 @@ def psnr_curve(generated: np.ndarray, real: np.ndarray) -> np.ndarray:
 
 
 def ssim_curve(generated: np.ndarray, real: np.ndarray) -> np.ndarray:
-    """Per-frame SSIM (Gaussian 11x11, sigma 1.5, K1 0.01, K2 0.03, per RGB channel, averaged)."""
+    """Per-frame SSIM (Gaussian 11x11, sigma 1.5, K1 0.01, K2 0.03) of uint8 clips.
+
+    pixel_metrics passes grey clips (T, H, W) from grey_clip; (T, H, W, C) clips give the mean
+    over channels.
+    """
     return np.array([_ssim_frame(g, r) for g, r in zip(generated, real)])
 
 
@@ -222,17 +231,15 @@ def dynamic_psnr(generated: np.ndarray, real: np.ndarray, *, start: int = DEFAUL
     mask = motion > np.percentile(motion, percentile)
     if start == 0:  # frame 0 has no predecessor: it takes frame 1's mask
         mask = np.concatenate([mask[:1], mask])
-    sq_sum = np.zeros(len(mask))
     count = mask.reshape(len(mask), -1).sum(axis=1)
+    mse = np.full(len(mask), np.nan)  # per frame, over its dynamic pixels and the channels
     for i, t in enumerate(range(start, len(real))):
         if count[i]:
-            d = cv2.absdiff(generated[t], real[t])[mask[i]].astype(np.float32).ravel()
-            sq_sum[i] = float(np.dot(d, d))
-    channels = real.shape[-1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        curve = np.where(count > 0, psnr_from_mse(sq_sum / (count * channels)), np.nan)
+            err = cv2.absdiff(generated[t], real[t]).astype(np.float32)
+            mse[i] = np.mean(cv2.mean(cv2.multiply(err, err), mask=mask[i].view(np.uint8))[:3])
+    curve = psnr_from_mse(mse)
     total = int(count.sum())
-    value = float(psnr_from_mse(sq_sum.sum() / (total * channels))) if total else math.nan
+    value = float(psnr_from_mse(np.nansum(mse * count) / total)) if total else math.nan
     return value, curve
 
 

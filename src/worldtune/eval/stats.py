@@ -11,7 +11,11 @@ large variation between inputs (an easy episode is easy for both) and leaves the
   conditioning frame, so their differences are correlated; resampling pairs as if independent
   would make the interval too narrow by up to a factor √(seeds per input). The RNG seed is fixed
   (BOOTSTRAP_SEED), so a report is reproducible; n_boot defaults to 2000. With fewer than two
-  inputs there is no between-input spread to resample and no CI is given.
+  inputs there is no between-input spread to resample and no CI is given. The percentile
+  bootstrap is somewhat optimistic with few inputs: on synthetic data with correlated seeds its
+  95 % interval held the true difference 92 % of the time with 15 or 40 inputs and 85 % with 5.
+  An interval that excludes 0 says the effect is unlikely to be noise from the choice of
+  inputs; it says nothing about inputs unlike those evaluated.
 - win rate: the fraction of pairs where the model is better than the base (honouring whether
   lower is better), ties counted half: 0.5 means no better than a coin flip.
 - n_pairs, n_inputs: how much evidence there is.
