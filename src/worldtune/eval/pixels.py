@@ -34,8 +34,8 @@ The numbers (each a clip value and a curve over the horizon, one entry per score
   moving even when nothing moves). The clip value pools the squared errors of all dynamic pixels
   (frames with more motion weigh more) and is capped like psnr; the curve gives each frame's own
   value (NaN where a frame has no dynamic pixel). With start=0, frame 0 uses frame 1's mask (as
-  cosmos-framework does). A real clip without motion leaves it undefined (NaN, with a reason)
-  rather than silently falling back to plain PSNR.
+  cosmos-framework does). A real clip without motion (or whose pixels all change alike) leaves
+  it undefined (NaN, with a reason) rather than silently falling back to plain PSNR.
 - motion_iou_spatial, motion_iou_spatiotemporal [0..1, higher is better]: in the spirit of
   Physics-IQ (Motamed et al., 2025): does the generated clip move where, and when, the real one
   does? A binary motion mask at frame t marks the pixels whose grey level (OpenCV RGB→GRAY)
@@ -47,7 +47,7 @@ The numbers (each a clip value and a curve over the horizon, one entry per score
   per-frame IoU. Unlike Physics-IQ's mean of per-frame IoUs, the voxel IoU does not let frames
   where neither clip moves (IoU 1 by convention) inflate the value. When neither clip moves at all
   the IoU is 1 (they agree), also per frame.
-- warp_error [0..255 grey levels, lower is better] and warp_error_real: a photometric
+- warp_error [8-bit levels 0..255, lower is better] and warp_error_real: a photometric
   flow-warping error for temporal consistency (as WorldScore and WorldArena use it, with OpenCV's
   DIS optical flow in place of RAFT). For each pair (t-1, t), DIS flow (preset FAST) from frame
   t-1 to frame t is computed on grey levels, frame t is warped back onto frame t-1 with cv2.remap
@@ -146,7 +146,8 @@ def pixel_metrics(generated: np.ndarray, real: np.ndarray, *, start: int = DEFAU
 
     values["dynamic_psnr"], curves["dynamic_psnr"] = dynamic_psnr(generated, real, start=start)
     if math.isnan(values["dynamic_psnr"]):
-        reasons["dynamic_psnr"] = "the real clip does not move in the scored frames"
+        reasons["dynamic_psnr"] = ("no pixel of the real clip moves more than the 80th percentile of its motion "
+                                   "(the scene does not move, or changes uniformly)")
 
     iou = motion_iou(motion_masks(grey_gen), motion_masks(grey_real), start=start)
     for name in ("motion_iou_spatial", "motion_iou_spatiotemporal"):
