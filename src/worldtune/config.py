@@ -268,32 +268,47 @@ class GenerateConfig(Section):
 
 # -------------------------------------------------------------------------------------- evaluate
 class EvaluateConfig(Section):
-    runs: list[str] = Field(default_factory=lambda: ["demo_out/generations"])
-    out: str = "demo_out/eval"
-    metrics: list[str] = Field(default_factory=lambda: ["sampson_temporal", "sampson_crossview"])
-    judge_endpoint: str | None = None
-    judge_model: str = "nvidia/Cosmos-Reason2-2B"
-    judge_rubrics: list[str] = Field(default_factory=lambda: ["physical_plausibility", "instruction_following"])
-    judge_fps: float = 16.0
-    judge_concurrency: int = 4
-    workers: int = 2
-    frame_gap: int = 1
-    min_inliers: int = 15
-    # judge request details (docs/eval.md)
-    judge_input: Literal["video", "images"] = "video"  # one mp4 video part, or JPEG image parts
-    judge_max_images: int = 32  # images mode: frames sent at most
-    judge_timeout: float = 300.0  # seconds per request
-    judge_retries: int = 4  # extra attempts on 5xx/429/timeouts, exponential backoff
-    judge_max_tokens: int = 512
-    judge_api_key_env: str | None = None  # name of an environment variable holding a bearer token
-    judge_extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into each request
-    # Sampson details
-    sampson_matcher: Literal["sift", "orb"] = "sift"
-    sampson_max_features: int = 2000
-    sampson_frame_step: int = 1  # evaluate every k-th frame (pair)
-    sampson_min_motion: float = 0.5  # temporal pairs whose matches move less (median, px) are static: skipped
-    sampson_moving_views: list[str] = Field(default_factory=lambda: ["wrist"])  # substring of a role: F per frame
-    max_videos: int | None = None  # evaluate only the first N rows of each folder (quick looks)
+    """`worldtune evaluate`: Sampson geometry, pixel metrics against the real clip, a VLM judge."""
+
+    runs: list[str] = Field(default_factory=lambda: ["demo_out/generations"],
+                            description="generation folders written by `worldtune generate`")
+    out: str = Field("demo_out/eval", description="output folder: results.json, videos.jsonl, videos.csv")
+    metrics: list[str] = Field(default_factory=lambda: ["sampson_temporal", "sampson_crossview", "pixels"],
+                               description="sampson_temporal, sampson_crossview, pixels (= psnr, ssim, dynamic_psnr, "
+                                           "motion_iou_spatial, motion_iou_spatiotemporal, warp_error), "
+                                           "judge_physics, judge_instruction, judge:<rubric>")
+    dataset: str | None = Field(None, description="the prepared dataset the generations came from; its cameras.json "
+                                                  "gives calibrated geometry (None: found from the generations' info.json)")
+    judge_endpoint: str | None = Field(None, description="OpenAI-compatible chat-completions URL of the judge (None: no judge)")
+    judge_model: str = Field("nvidia/Cosmos-Reason2-2B", description="model name sent to the judge")
+    judge_rubrics: list[str] = Field(default_factory=lambda: ["physical_plausibility", "instruction_following"],
+                                     description="rubric names or YAML paths")
+    judge_fps: float = Field(16.0, description="frame rate the judge is told / samples at")
+    judge_concurrency: int = Field(4, description="judge requests in flight")
+    workers: int = Field(2, description="processes for Sampson and pixel metrics")
+    frame_gap: int = Field(1, description="temporal Sampson: frame t vs t + gap")
+    min_inliers: int = Field(15, description="distinct inliers a fitted F needs")
+    judge_input: Literal["video", "images"] = Field("video", description="one mp4 video part, or JPEG image parts")
+    judge_max_images: int = Field(32, description="images mode: frames sent at most")
+    judge_timeout: float = Field(300.0, description="seconds per judge request")
+    judge_retries: int = Field(4, description="extra attempts on 5xx/429/timeouts, exponential backoff")
+    judge_max_tokens: int = Field(512, description="reply length limit")
+    judge_api_key_env: str | None = Field(None, description="environment variable holding a bearer token")
+    judge_extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each judge request")
+    sampson_geometry: Literal["auto", "calibrated", "reference", "selffit"] = Field(
+        "auto", description="F to score against: calibrated cameras, the real clip's rig, or the video's own "
+                            "(auto: the first that exists, see docs/eval.md)")
+    sampson_max_features: int = Field(2000, description="SIFT keypoints per frame")
+    sampson_frame_step: int = Field(1, description="evaluate every k-th frame (pair)")
+    sampson_min_motion: float = Field(0.5, description="temporal pairs whose tracks move less (median, px) are static: skipped")
+    sampson_moving_views: list[str] = Field(default_factory=lambda: ["wrist"],
+                                            description="without calibration: roles containing these are moving cameras")
+    sampson_masks: dict[str, list[tuple[float, float, float, float]]] = Field(
+        default_factory=dict, description="role -> boxes [x0, y0, x1, y1] (fractions) of camera-fixed pixels to ignore")
+    sampson_auto_masks: bool = Field(True, description="find camera-fixed pixels (a gripper) of moving views in the real clip")
+    sampson_gate: float = Field(6.0, description="reference scoring: matches farther from the rig's geometry (px) are wrong matches")
+    pixel_start: int = Field(1, description="pixel metrics: leading frames given to the model, not scored")
+    max_videos: int | None = Field(None, description="evaluate only the first N rows of each folder (quick looks)")
 
 
 class ReportConfig(Section):

@@ -338,7 +338,7 @@ class SyntheticEpisode:
         self.K_wrist = intrinsics(self.width, self.height, 90.0)
         if self.style == "hard":  # ~80° apart, re-placed by a few cm and degrees every episode
             jitter = np.random.default_rng([self.seed, self.index, 7])
-            eyes = {"exterior_1_left": [-0.45, -0.60, 0.62], "exterior_2_left": [0.50, -0.55, 0.60]}
+            eyes = {"exterior_1_left": [-0.62, -0.45, 0.60], "exterior_2_left": [0.62, -0.45, 0.58]}
             self.ext = {n: look_at(np.array(e) + jitter.uniform(-0.03, 0.03, 3),
                                    np.array([0.0, 0.02, 0.04]) + jitter.uniform(-0.03, 0.03, 3)) for n, e in eyes.items()}
         else:

@@ -13,8 +13,13 @@ Output in `<out>/`:
 - `judge_cache.jsonl`: the judge's replies, so a rerun asks only what is new.
 
 Metrics (names as in `evaluate.metrics`): `sampson_temporal`, `sampson_crossview` (pixels, lower
-is better; a video's value is its median over frame pairs), `judge_physics`,
-`judge_instruction` (1-5, higher is better), and `judge:<rubric name or YAML path>`.
+is better; a video's value is its median over frame pairs; scored against the real rig's geometry
+when it exists, worldtune.eval.sampson), the pixel metrics against the real continuation
+(`pixels` = `psnr`, `ssim`, `dynamic_psnr`, `motion_iou_spatial`, `motion_iou_spatiotemporal`,
+`warp_error`; worldtune.eval.pixels; a video's value is the mean over its camera views),
+`judge_physics`, `judge_instruction` (1-5, higher is better), and `judge:<rubric name or YAML path>`.
+Every model is compared with the base model over the same (input, seed) pairs: paired mean
+difference, a 95 % bootstrap CI over inputs and a win rate (worldtune.eval.stats).
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ FORMAT = "worldtune.eval"
 VERSION = 1
 REFERENCE = "real"  # model label of the ground-truth clips
 SAMPSON_METRICS = ("sampson_temporal", "sampson_crossview")
+PIXEL_METRICS = ("psnr", "ssim", "dynamic_psnr", "motion_iou_spatial", "motion_iou_spatiotemporal", "warp_error")
 JUDGE_METRICS = {"judge_physics": "physical_plausibility", "judge_instruction": "instruction_following"}
-LOWER_IS_BETTER = set(SAMPSON_METRICS)
+LOWER_IS_BETTER = set(SAMPSON_METRICS) | {"warp_error"}
+BASE = "base"  # model label of the un-adapted model, what every other model is compared with
 
 
 # -------------------------------------------------------------------------------------- inputs
@@ -129,34 +136,83 @@ def collect_entries(runs: Sequence[str | Path], max_videos: int | None = None) -
                     views={k: root / v for k, v in (row.get("ground_truth_views") or {}).items()},
                     layout=layout, instruction=row.get("instruction"), prompt=row.get("prompt"))
         summary.append({"path": str(root), "videos": len(rows), "fps": info.get("fps"), "layout": layout,
+                        "dataset": info.get("dataset"),
                         "models": sorted({str(r["model"]) for r in rows})})
     return entries + list(refs.values()), summary
 
 
 # ------------------------------------------------------------------------------------- metrics
 def check_metrics(names: Sequence[str]) -> list[str]:
-    known = set(SAMPSON_METRICS) | set(JUDGE_METRICS)
+    """The metric list with `pixels` expanded; unknown names are a one-line error."""
+    known = set(SAMPSON_METRICS) | set(PIXEL_METRICS) | set(JUDGE_METRICS) | {"pixels"}
     bad = [m for m in names if m not in known and not m.startswith("judge:")]
     if bad:
         raise EvaluationError(f"unknown metric(s) {bad} in evaluate.metrics: use {sorted(known)} or judge:<rubric>")
-    return list(dict.fromkeys(names))
+    expanded = [x for m in names for x in (PIXEL_METRICS if m == "pixels" else (m,))]
+    return list(dict.fromkeys(expanded))
 
 
 def rubric_for(metric: str) -> str:
     return JUDGE_METRICS.get(metric) or metric.split(":", 1)[1]
 
 
-def run_sampson(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Per entry key: the video's temporal / cross-view median, mean, pair and skip counts."""
-    from worldtune.eval.sampson import SampsonConfig, SampsonError, VideoSource
+def sampson_config(cfg: Any, metrics: Sequence[str]) -> Any:
+    from worldtune.eval.sampson import SampsonConfig
 
-    scfg = SampsonConfig(matcher=cfg.sampson_matcher, max_features=cfg.sampson_max_features,
-                         min_inliers=cfg.min_inliers, min_motion=cfg.sampson_min_motion, frame_gap=cfg.frame_gap, frame_step=cfg.sampson_frame_step,
-                         moving_views=tuple(cfg.sampson_moving_views),
+    return SampsonConfig(geometry=cfg.sampson_geometry, max_features=cfg.sampson_max_features,
+                         min_inliers=cfg.min_inliers, min_motion=cfg.sampson_min_motion, frame_gap=cfg.frame_gap,
+                         frame_step=cfg.sampson_frame_step, moving_views=tuple(cfg.sampson_moving_views),
+                         masks=tuple((r, tuple(tuple(b) for b in bs)) for r, bs in cfg.sampson_masks.items()),
+                         auto_masks=cfg.sampson_auto_masks, gate=cfg.sampson_gate,
                          temporal="sampson_temporal" in metrics, crossview="sampson_crossview" in metrics)
-    sources = [VideoSource(key=e.key, video=str(e.video), layout=e.layout,
-                           views={k: str(v) for k, v in e.views.items()} or None) for e in entries]
-    scores = SampsonError(scfg).score_many(sources, workers=cfg.workers)
+
+
+def _source(e: Entry) -> Any:
+    from worldtune.eval.sampson import VideoSource
+
+    return VideoSource(key=e.key, video=str(e.video), layout=e.layout, views={k: str(v) for k, v in e.views.items()} or None)
+
+
+def find_dataset(cfg: Any, runs: Sequence[dict[str, Any]]) -> Path | None:
+    """The prepared dataset behind the generations: evaluate.dataset, else the generations' info.json."""
+    if cfg.dataset:
+        return Path(cfg.dataset)
+    for r in runs:
+        d = r.get("dataset")
+        if d and (Path(d) / "info.json").is_file():
+            return Path(d)
+    return None
+
+
+def rig_references(entries: Sequence[Entry], cfg: Any, scfg: Any, dataset: Path | None) -> tuple[dict[tuple[str, str], Any], dict[str, Any]]:
+    """The real rig's reference per (run, input): calibrated cameras when the dataset has them,
+    completed from the real clip (masks, and F of fixed pairs the calibration lacks)."""
+    from worldtune.eval.rig import Calibration, calibrated_reference
+    from worldtune.eval.sampson import SampsonError
+
+    cal = Calibration.load(dataset) if dataset is not None and scfg.geometry in ("auto", "calibrated") else None
+    reals = [e for e in entries if e.reference]
+    bases = []
+    for e in reals:
+        roles = sorted((e.layout or {}).get("cells", {})) or sorted(e.views)
+        bases.append(calibrated_reference(cal, e.name, roles) if cal is not None and roles else None)
+    refs = SampsonError(scfg).reference_many([_source(e) for e in reals], bases, workers=cfg.workers)
+    out = {(e.run, e.name): r for e, r in zip(reals, refs) if r is not None}
+    summary = {"dataset": str(dataset) if dataset else None, "calibration": cal is not None,
+               "inputs": {f"{Path(e.run).name}/{e.name}": r.summary() for e, r in zip(reals, refs) if r is not None}}
+    return out, summary
+
+
+def run_sampson(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str],
+                dataset: Path | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Per entry key: the video's temporal / cross-view median, mean, mode, pair and skip counts;
+    plus a summary of the rig references used."""
+    from worldtune.eval.sampson import SampsonError
+
+    scfg = sampson_config(cfg, metrics)
+    refs, ref_summary = rig_references(entries, cfg, scfg, dataset)
+    scores = SampsonError(scfg).score_many([_source(e) for e in entries], workers=cfg.workers,
+                                           references=[refs.get((e.run, e.name)) for e in entries])
     out: dict[str, dict[str, Any]] = {}
     for e, s in zip(entries, scores):
         row: dict[str, Any] = {"sampson_status": s.status}
@@ -167,12 +223,70 @@ def run_sampson(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str]) -> d
             merged = s.overall(kind) if s.ok and parts else None
             row[f"sampson_{kind}"] = _finite(merged.median) if merged else None
             row[f"sampson_{kind}_mean"] = _finite(merged.mean) if merged else None
+            row[f"sampson_{kind}_mode"] = merged.mode if merged else None
             row[f"sampson_{kind}_pairs"] = merged.evaluated if merged else 0
             row[f"sampson_{kind}_skipped"] = merged.n_skipped if merged else 0
             row[f"sampson_{kind}_skip_reasons"] = dict(merged.skipped) if merged else {}
         row["sampson_detail"] = s.to_dict()
         out[e.key] = row
+    return out, ref_summary
+
+
+def run_pixels(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per entry key: pixel metrics of each generated video against its real clip (mean over views)."""
+    wanted = [m for m in metrics if m in PIXEL_METRICS]
+    truth = {(e.run, e.name): e for e in entries if e.reference}
+    jobs = [(e.key, _source(e), _source(truth[(e.run, e.name)]), cfg.pixel_start, wanted)
+            for e in entries if not e.reference and (e.run, e.name) in truth]
+    out: dict[str, dict[str, Any]] = {}
+    from worldtune.eval.sampson import _map
+
+    for key, row in _map(_pixels_one, jobs, cfg.workers, True, "pixel metrics",
+                         lambda: [_pixels_one(*j) for j in jobs]):
+        out[key] = row
+    for e in entries:  # every generated video without a real clip says why its cells are empty
+        if not e.reference and e.key not in out:
+            out[e.key] = {"pixel_status": "no ground truth: generate from a prepared dataset to get pixel metrics"}
     return out
+
+
+def _pixels_one(key: str, gen: Any, real: Any, start: int, wanted: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """Pixel metrics of one generated video: per view, then the mean over views."""
+    from worldtune.eval.pixels import pixel_metrics
+    from worldtune.eval.video import VideoReadError
+    from worldtune.errors import WorldtuneError
+
+    try:
+        g, r = gen.load(), real.load()
+        per = {}
+        for role in sorted(set(g) & set(r)):
+            n = min(len(g[role]), len(r[role]))
+            gv, rv = g[role][:n], r[role][:n]
+            if gv.shape != rv.shape:  # a generation at another size: compare at the real clip's
+                import cv2
+                gv = np.stack([cv2.resize(f, (rv.shape[2], rv.shape[1]), interpolation=cv2.INTER_AREA) for f in gv])
+            per[role] = pixel_metrics(gv, rv, start=min(start, max(n - 1, 0)), label=f"{key} / {role}").to_dict()
+    except (VideoReadError, WorldtuneError) as e:
+        return key, {"pixel_status": f"skipped: {e}"}
+    row: dict[str, Any] = {"pixel_status": "ok", "pixel_detail": per}
+    for m in list(wanted) + (["warp_error_real"] if "warp_error" in wanted else []):
+        vals = [v["values"].get(m) for v in per.values() if v["values"].get(m) is not None]
+        row[m] = float(np.mean(vals)) if vals else None
+        if not vals:
+            row[f"{m}_reason"] = next((v["reasons"].get(m) for v in per.values() if v["reasons"].get(m)), "no view")
+    curves = {}
+    for m in wanted:
+        cs = [v["curves"][m] for v in per.values() if m in v["curves"]]
+        if cs:
+            L = min(len(c) for c in cs)
+            curves[m] = [_mean_or_none([c[i] for c in cs]) for i in range(L)]
+    row["pixel_curves"] = curves
+    return key, row
+
+
+def _mean_or_none(xs: Sequence[float | None]) -> float | None:
+    v = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.mean(v)) if v else None
 
 
 def run_judge(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str], out: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -224,32 +338,62 @@ def stats(values: Sequence[float | None]) -> dict[str, Any]:
     return {**base, "mean": float(arr.mean()), "std": float(arr.std()), "median": float(np.median(arr))}
 
 
+def base_label(label: str) -> str:
+    """The base model a model is compared with: "base", or "<folder>/base" for qualified labels."""
+    return f"{label.rsplit('/', 1)[0]}/{BASE}" if "/" in label else BASE
+
+
+def versus_base(rows: Sequence[dict[str, Any]], label: str, metric: str) -> dict[str, Any]:
+    """Paired difference of a model to its base over the same (input, seed) pairs, CI over inputs."""
+    from worldtune.eval.stats import paired_difference
+
+    def scores(lab: str) -> dict[tuple[str, Any], float]:
+        return {(r["name"], r["seed"]): r[metric] for r in rows if r["model"] == lab and r.get(metric) is not None}
+
+    base = base_label(label)
+    has_base = any(r["model"] == base for r in rows)
+    d = paired_difference(scores(label), scores(base) if has_base else None, higher_is_better=metric not in LOWER_IS_BETTER)
+    return {"base": base, **d.to_dict()}
+
+
 def aggregate(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Per model (over all its videos) and per model and input (over seeds) statistics of each metric."""
+    """Per model (over all its videos) and per model and input (over seeds) statistics of each metric,
+    and for every model but the base and the real clips its paired difference to the base."""
+    from worldtune.eval.stats import best_models
+
     models: dict[str, Any] = {}
     inputs: dict[str, dict[str, Any]] = {}
-    for label in sorted({r["model"] for r in rows}, key=lambda m: (is_reference(m), m != "base", m)):
+    for label in sorted({r["model"] for r in rows}, key=lambda m: (is_reference(m), m != BASE, m)):
         mine = [r for r in rows if r["model"] == label]
         names = sorted({r["name"] for r in mine})
         models[label] = {"reference": is_reference(label), "videos": len(mine), "inputs": len(names),
                          **{m: stats([r.get(m) for r in mine]) for m in metrics}}
+        if not is_reference(label) and label.rsplit("/", 1)[-1] != BASE:
+            models[label]["vs_base"] = {m: versus_base(rows, label, m) for m in metrics}
         inputs[label] = {n: {m: stats([r.get(m) for r in mine if r["name"] == n]) for m in metrics} for n in names}
+    for m in metrics:  # the best generated model per metric, for highlighting
+        means = {k: v[m]["mean"] for k, v in models.items() if not v["reference"]}
+        for k in best_models(means, higher_is_better=m not in LOWER_IS_BETTER):
+            models[k].setdefault("best", []).append(m)
     return models, inputs
 
 
 # ---------------------------------------------------------------------------------------- output
 def write_rows(out: Path, rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> None:
-    """videos.jsonl (everything) and videos.csv (the flat columns a spreadsheet wants)."""
-    with open(out / "videos.jsonl", "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    """videos.jsonl (everything) and videos.csv (the flat columns a spreadsheet wants), atomically."""
+    import io
+
+    from worldtune.data.video import atomic_write_bytes
+
+    atomic_write_bytes(out / "videos.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
     cols = ["model", "name", "seed", "video", "status", *metrics,
-            *[f"{m}_{s}" for m in metrics if m.startswith("sampson") for s in ("mean", "pairs", "skipped")]]
-    with open(out / "videos.csv", "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in cols})
+            *[f"{m}_{s}" for m in metrics if m.startswith("sampson") for s in ("mode", "mean", "pairs", "skipped")]]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in cols})
+    atomic_write_bytes(out / "videos.csv", buf.getvalue().encode())
 
 
 def print_summary(results: dict[str, Any]) -> None:
@@ -291,7 +435,11 @@ def print_summary(results: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------------------- stage
 def run(cfg: Any) -> dict[str, Any]:
-    """Score every video of the configured generation folders; write and return results.json's content."""
+    """Score every video of the configured generation folders; write and return results.json's content.
+
+    Sampson and pixel results are written before the judge is asked, so a judge that fails
+    cannot lose them; a judge whose every request failed makes the command fail after writing.
+    """
     t0 = time.time()
     metrics = check_metrics(cfg.metrics)
     out = Path(cfg.out)
@@ -300,30 +448,58 @@ def run(cfg: Any) -> dict[str, Any]:
     if not entries:
         raise EvaluationError(f"no videos in {cfg.runs}: the generation folders' generations.jsonl are empty")
     sampson_metrics = [m for m in metrics if m in SAMPSON_METRICS]
-    sampson = run_sampson(entries, cfg, sampson_metrics) if sampson_metrics else {}
-    judged, judge_status = run_judge(entries, cfg, metrics, out)
+    dataset = find_dataset(cfg, runs)
+    sampson, rig = run_sampson(entries, cfg, sampson_metrics, dataset) if sampson_metrics else ({}, {})
+    pixels = run_pixels(entries, cfg, metrics) if any(m in PIXEL_METRICS for m in metrics) else {}
+    real_warp = {(e.run, e.name): pixels[e.key].get("warp_error_real") for e in entries if e.key in pixels}
     rows = []
     for e in entries:
         row: dict[str, Any] = {"model": e.model, "name": e.name, "seed": e.seed, "run": e.run, "reference": e.reference,
                                "video": str(e.video.resolve()), "views": {k: str(v.resolve()) for k, v in e.views.items()},
                                "instruction": e.instruction, "prompt": e.prompt}
         row.update(sampson.get(e.key, {}))
-        row.update(judged.get(e.key, {}))
+        row.update(pixels.get(e.key, {}))
+        if e.reference and "warp_error" in metrics:
+            row["warp_error"] = real_warp.get((e.run, e.name))
         row["status"] = row.get("sampson_status", "ok")
         rows.append(row)
-    models, inputs = aggregate(rows, metrics)
-    results: dict[str, Any] = {
-        "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "out": str(out), "config": cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else dict(vars(cfg)),
-        "runs": runs, "metrics": metrics, "lower_is_better": sorted(set(metrics) & LOWER_IS_BETTER),
-        "models": models, "inputs": inputs, "judge": judge_status,
-        "sampson": _sampson_summary(entries, sampson, sampson_metrics),
-        "files": {"videos": "videos.jsonl", "csv": "videos.csv"}, "seconds": round(time.time() - t0, 2),
-    }
-    write_rows(out, rows, metrics)
-    (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+
+    def finish(judge_status: dict[str, Any], judged: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        for r, e in zip(rows, entries):
+            r.update(judged.get(e.key, {}))
+        models, inputs = aggregate(rows, metrics)
+        results: dict[str, Any] = {
+            "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "out": str(out), "config": cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else dict(vars(cfg)),
+            "runs": runs, "metrics": metrics, "lower_is_better": sorted(set(metrics) & LOWER_IS_BETTER),
+            "models": models, "inputs": inputs, "judge": judge_status, "rig": rig,
+            "sampson": _sampson_summary(entries, sampson, sampson_metrics),
+            "files": {"videos": "videos.jsonl", "csv": "videos.csv"}, "seconds": round(time.time() - t0, 2),
+        }
+        write_rows(out, rows, metrics)
+        _write_json(out / "results.json", results)
+        return results
+
+    finish({"status": "pending"}, {})
+    try:
+        judged, judge_status = run_judge(entries, cfg, metrics, out)
+    except Exception as e:  # noqa: BLE001 - a broken judge must not lose the scores above
+        judged, judge_status = {}, {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
+    results = finish(judge_status, judged)
     print_summary(results)
+    counts = judge_status.get("counts") or {}
+    if judge_status.get("status") == "failed" or (counts and all(
+            c["ok"] + c["cached"] + c["parse_failed"] == 0 and c["error"] > 0 for c in counts.values())):
+        first = (judge_status.get("first_errors") or [judge_status.get("reason")])[0]
+        raise EvaluationError(f"every judge request failed (first: {first}); the other metrics are in "
+                              f"{out / 'results.json'}; check evaluate.judge_endpoint")
     return results
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    from worldtune.data.video import atomic_write_bytes
+
+    atomic_write_bytes(path, (json.dumps(obj, indent=1) + "\n").encode())
 
 
 def _sampson_summary(entries: Sequence[Entry], sampson: dict[str, dict[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:

@@ -205,8 +205,8 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
     return PairReference(f.F, "reference", None, f.inliers, err)
 
 
-def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ratio: float = 0.15,
-                      grow: float = 0.03) -> np.ndarray | None:
+def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ratio: float = 0.3,
+                      grow: float = 0.05) -> np.ndarray | None:
     """True where pixels are usable: False on textured regions that stay put while the view moves.
 
     frames: (T, H, W, 3) uint8 of one moving view of a REAL clip. A pixel is camera-fixed when its

@@ -61,7 +61,7 @@ class SampsonConfig:
     detect_scale: float | None = None  # SIFT on the frame scaled by this; None = 0.5 for views >= 200 px high
     threshold: float = 1.0  # robust fit inlier threshold, pixels
     min_inliers: int = 15  # distinct inliers a fit needs
-    min_cells: int = 5  # cells of a 4x4 grid the inliers must cover in each image
+    min_cells: int = 4  # cells of a 4x4 grid the inliers must cover in each image
     gate: float = 6.0  # reference scoring: matches farther (px) are wrong matches, counted not averaged
     min_support: int = 6  # reference scoring: fewer matches agreeing with it -> pair skipped
     window: int = 2  # reference scoring: frame t pools the matches of frames t-window..t+window
@@ -370,7 +370,8 @@ class SampsonError:
         sizes = {r: tuple(v.shape[1:3]) for r, v in views.items()}
         ref = reference.for_size(sizes) if reference is not None else None  # type: ignore[arg-type]
         masks = self.masks(views, ref)
-        moving = {r for r in views if self.is_moving(r, ref)}
+        # a lone view (a plain video) is scored over time: nothing says its camera is fixed
+        moving = {r for r in views if self.is_moving(r, ref) or (len(views) == 1 and ref is None)}
         if self.cfg.temporal:
             for role, frames in sorted(views.items()):
                 if role in moving:

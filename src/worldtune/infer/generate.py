@@ -114,7 +114,8 @@ def run(cfg: WorldtuneConfig) -> Path:
 
     out = Path(g.out)
     out.mkdir(parents=True, exist_ok=True)
-    records.write_info(out, layout, settings.fps)
+    records.write_info(out, layout, settings.fps,
+                       str(Path(inputs.source).resolve()) if inputs.kind == "dataset" else None)
     records.start_rank(out, rank)
     done = records.all_rows(out)
     jobs, resumed = _plan(out, g, variants, mine, settings, base_fp, done, cfg)

@@ -40,12 +40,15 @@ def _done_marker(out: Path, rank: int) -> Path:
     return out / f".rank{rank}.done"
 
 
-def write_info(out: Path, layout: dict[str, Any] | None, fps: float) -> None:
-    """Create or check info.json: a folder holds one format version and one fps."""
+def write_info(out: Path, layout: dict[str, Any] | None, fps: float, dataset: str | None = None) -> None:
+    """Create or check info.json: a folder holds one format version and one fps.
+
+    `dataset`: the prepared dataset the inputs came from, so evaluation finds its cameras.
+    """
     from worldtune.data.video import atomic_write_bytes
 
     path = out / "info.json"
-    info = {"format": FORMAT, "version": VERSION, "layout": layout, "fps": fps}
+    info = {"format": FORMAT, "version": VERSION, "layout": layout, "fps": fps, "dataset": dataset}
     if path.is_file():
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
