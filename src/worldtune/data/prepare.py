@@ -35,11 +35,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from worldtune.atomic import atomic_write_bytes
 from worldtune.config import PrepareConfig
 from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, layout_from_dict
 from worldtune.data.lerobot import Episode, LeRobotDataset, VideoSpan
-from worldtune.data.video import DiskFullError, VideoWriter, atomic_write_bytes, probe, read_frames
-from worldtune.errors import ConfigError, DatasetError
+from worldtune.data.video import VideoWriter, probe, read_frames
+from worldtune.errors import ConfigError, DatasetError, DiskFullError
 
 FORMAT = "worldtune.dataset"
 VERSION = 1

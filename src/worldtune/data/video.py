@@ -11,7 +11,6 @@ Frames are numpy arrays `[T, H, W, 3]` of uint8 RGB throughout.
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import dataclass
 from fractions import Fraction
@@ -21,7 +20,10 @@ from typing import Iterable, Sequence
 import av
 import numpy as np
 
-from worldtune.errors import DatasetError
+from worldtune.atomic import atomic_write_bytes, output_error, temp_path
+from worldtune.errors import DatasetError, DiskFullError
+
+__all__ = ["VideoInfo", "VideoWriter", "probe", "read_frames", "write_video", "atomic_write_bytes", "DiskFullError"]
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ class VideoWriter:
         self.path = Path(path)
         self.fps, self.codec, self.crf, self.preset = fps, codec, crf, preset
         self.threads, self.pix_fmt, self.gop = threads, pix_fmt, gop
-        self.tmp = self.path.with_name(f".{self.path.stem}.tmp-{os.getpid()}{self.path.suffix or '.mp4'}")
+        self.tmp = temp_path(self.path)
         self._c: av.container.OutputContainer | None = None
         self._s = None
         self.count = 0
@@ -185,7 +187,7 @@ class VideoWriter:
             self._encode(frame)
         except OSError as e:
             self.abort()
-            raise _disk_error(e, self.path) from None
+            raise output_error(e, self.path) from None
         self.count += 1
 
     def _encode(self, frame: np.ndarray | av.VideoFrame) -> None:
@@ -215,7 +217,7 @@ class VideoWriter:
             os.replace(self.tmp, self.path)
         except OSError as e:
             self.abort()
-            raise _disk_error(e, self.path) from None
+            raise output_error(e, self.path) from None
         return self.path
 
     def abort(self) -> None:
@@ -232,16 +234,6 @@ class VideoWriter:
             pass
 
 
-class DiskFullError(DatasetError):
-    """Out of disk space while writing: a run must stop (not skip the item) and can be resumed."""
-
-
-def _disk_error(e: OSError, path: Path) -> Exception:
-    if e.errno == errno.ENOSPC:
-        return DiskFullError(f"disk full while writing {path}: free space in {path.parent} and rerun (the run resumes)")
-    return DatasetError(f"cannot write {path}: {e.strerror or _short(e)}")
-
-
 def write_video(path: str | Path, frames: np.ndarray | Iterable[np.ndarray], fps: float,
                 codec: str = "libx264", crf: int | None = 18, preset: str | None = None,
                 threads: int = 0) -> Path:
@@ -250,22 +242,3 @@ def write_video(path: str | Path, frames: np.ndarray | Iterable[np.ndarray], fps
         for f in frames:
             w.write(f)
     return Path(path)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write a small file atomically (temp + fsync + rename); used for json/parquet side files."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise _disk_error(e, p) from None

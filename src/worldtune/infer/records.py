@@ -42,7 +42,7 @@ def _done_marker(out: Path, rank: int) -> Path:
 
 def write_info(out: Path, layout: dict[str, Any] | None, fps: float) -> None:
     """Create or check info.json: a folder holds one format version and one fps."""
-    from worldtune.data.video import atomic_write_bytes
+    from worldtune.atomic import atomic_write_bytes
 
     path = out / "info.json"
     info = {"format": FORMAT, "version": VERSION, "layout": layout, "fps": fps}
@@ -102,7 +102,7 @@ def append_row(out: Path, rank: int, row: dict[str, Any]) -> None:
 
 def merge(out: Path) -> int:
     """Write generations.jsonl from everything recorded (atomic); returns the number of rows."""
-    from worldtune.data.video import atomic_write_bytes
+    from worldtune.atomic import atomic_write_bytes
 
     rows = all_rows(out)
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for _, r in sorted(rows.items()))
