@@ -21,7 +21,7 @@ import av
 import numpy as np
 
 from worldtune.atomic import atomic_write_bytes, output_error, temp_path
-from worldtune.errors import DatasetError, DiskFullError
+from worldtune.errors import ConfigError, DatasetError, DiskFullError
 
 __all__ = ["VideoInfo", "VideoWriter", "probe", "read_frames", "write_video", "atomic_write_bytes", "DiskFullError"]
 
@@ -84,8 +84,10 @@ def read_frames(
     `indices` count frames from the start of the span (LeRobot v3: from the episode's first frame)
     and may be in any order or repeat; None = every frame of the span. We seek to the keyframe
     before `start_time` and decode forward, converting to RGB only the frames asked for (the
-    conversion costs more than decoding at small sizes). A missing frame (truncated file) or a
-    decode error raises `DatasetError` naming the file.
+    conversion costs more than decoding at small sizes). A missing frame (truncated file), a
+    decode error or a frame the decoder flags as damaged (damage in the middle of a file is
+    otherwise decoded with concealment: grey blocks kept as data) raises `DatasetError` naming the
+    file. Damage the codec cannot notice (it has no checksums) stays undetected.
     """
     want = None if indices is None else sorted(set(int(i) for i in indices))
     if want is not None and want and want[0] < 0:
@@ -112,6 +114,9 @@ def read_frames(
                     continue
                 if end_time is not None and t >= end_time - half:
                     break
+                if frame.is_corrupt:
+                    raise DatasetError(f"video {path} is corrupt: frame {n} of the span is damaged (the decoder had "
+                                       f"to conceal errors)")
                 if want is None:
                     every.append(frame.to_ndarray(format="rgb24"))
                 elif n in want_s:
@@ -242,3 +247,26 @@ def write_video(path: str | Path, frames: np.ndarray | Iterable[np.ndarray], fps
         for f in frames:
             w.write(f)
     return Path(path)
+
+
+def check_encoder(codec: str, crf: int | None, preset: str | None, what: str = "video") -> None:
+    """Encode two tiny frames in memory with these settings: a typo fails here, in one line, before any work.
+
+    Why a trial encode: only the encoder knows its presets and ranges (x264 names them, SVT-AV1
+    numbers them), and an error found after a run recorded its settings would poison the folder.
+    """
+    import io
+
+    try:
+        with av.open(io.BytesIO(), mode="w", format="mp4") as c:
+            opts = {k: str(v) for k, v in (("crf", crf), ("preset", preset)) if v not in (None, "")}
+            s = c.add_stream(codec, rate=15, options=opts)
+            s.width, s.height, s.pix_fmt = 64, 64, "yuv420p"
+            frame = av.VideoFrame.from_ndarray(np.zeros((64, 64, 3), np.uint8), format="rgb24")
+            for f in (frame, frame, None):
+                for pkt in s.encode(f):
+                    c.mux(pkt)
+    except (av.error.FFmpegError, ValueError) as e:
+        raise ConfigError(f"{what}: codec {codec!r} with preset {preset!r} and crf {crf} cannot encode "
+                          f"({_short(e)}): check the codec name and preset (x264: ultrafast ... medium ... "
+                          f"veryslow; SVT-AV1: 0-13)") from None
