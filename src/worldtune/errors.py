@@ -44,3 +44,13 @@ class NotBuiltError(WorldtuneError):
 
 class LaunchError(WorldtuneError):
     """A launcher (local torchrun or SLURM) cannot start, or its tools are missing."""
+
+
+class OutputError(WorldtuneError):
+    """An output file cannot be written (I/O error, permissions, quota): the run stops and can be rerun.
+
+    Never a verdict on an input: a stage that drops bad inputs must not count this as one."""
+
+
+class DiskFullError(OutputError):
+    """Out of disk space (or quota) while writing: the run stops (not skips the item) and resumes on rerun."""

@@ -10,7 +10,7 @@ from worldtune.data import prepare as prep
 from worldtune.data.layout import layout_from_dict
 from worldtune.data.synthetic import demo_episodes
 from worldtune.data.video import VideoWriter, probe, read_frames, write_video
-from worldtune.errors import ConfigError, DatasetError
+from worldtune.errors import ConfigError, DatasetError, DiskFullError
 
 from .conftest import H, W
 
@@ -150,7 +150,7 @@ def test_disk_full_is_one_line_and_leaves_no_partial_clip(v3_root, tmp_path, mon
 
     monkeypatch.setattr(VideoWriter, "_encode", flaky)
     out = tmp_path / "out"
-    with pytest.raises(DatasetError, match=r"^disk full while writing .*ep000001_f000000.mp4"):
+    with pytest.raises(DiskFullError, match=r"^disk full while writing .*ep000001_f000000.mp4"):
         prep.run(_cfg(v3_root, out), quiet=True)
     files = sorted(p.name for p in (out / "clips").iterdir())
     assert files == ["ep000000_f000000.mp4"]  # the first clip, complete; no temp file, no second clip

@@ -16,6 +16,7 @@ episode and a camera, a video file plus the time span holding that episode's fra
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -80,11 +81,13 @@ class LeRobotDataset:
         self.info: dict[str, Any] = {}
         if info_path.is_file():
             self.info = _read_json(info_path)
+            if not isinstance(self.info, dict):
+                raise DatasetError(f"{info_path} is not a JSON object: the dataset's metadata is damaged")
             self.version = str(self.info.get("codebase_version", ""))
             if not self.version.startswith(("v2.", "v3.")):
                 raise DatasetError(f"{info_path}: codebase_version {self.version or '(none)'} is not supported: "
                                    "worldtune reads LeRobot v2.0, v2.1 and v3.0")
-            self.fps = float(self.info.get("fps") or 0) or None
+            self.fps = _number(self.info.get("fps"), float, info_path, "fps") or None
             self.cameras = _camera_features(self.info, info_path)
             self.tasks = self._read_tasks()
             self.episodes = self._read_episodes_v3() if self.version.startswith("v3.") else self._read_episodes_v2()
@@ -135,8 +138,8 @@ class LeRobotDataset:
         if (meta / "tasks.jsonl").is_file():
             out: dict[int, str | None] = {}
             for rec in _read_jsonl(meta / "tasks.jsonl"):
-                if "task_index" in rec:
-                    out[int(rec["task_index"])] = rec.get("task")
+                if isinstance(rec, dict) and rec.get("task_index") is not None:
+                    out[_number(rec["task_index"], int, meta / "tasks.jsonl", "task_index")] = rec.get("task")
             return out
         return {}
 
@@ -144,16 +147,19 @@ class LeRobotDataset:
         path = self.root / "meta" / "episodes.jsonl"
         if not path.is_file():
             raise DatasetError(f"{path} is missing: a LeRobot {self.version} dataset lists its episodes there")
-        chunk = int(self.info.get("chunks_size") or 1000)
+        chunk = _number(self.info.get("chunks_size"), int, self.root / "meta" / "info.json", "chunks_size") or 1000
         template = self.info.get("video_path")
         eps = []
-        for rec in _read_jsonl(path):
-            idx = int(rec["episode_index"])
+        for n, rec in enumerate(_read_jsonl(path), 1):
+            where = f"{path}:{n}"
+            if not isinstance(rec, dict) or rec.get("episode_index") is None:
+                raise DatasetError(f"{where}: the line has no episode_index; every line of episodes.jsonl needs one")
+            idx = _number(rec["episode_index"], int, where, "episode_index")
             tasks = rec.get("tasks")
             if tasks is None and "task_index" in rec:
-                tasks = [self.tasks.get(int(rec["task_index"]))]
-            tasks = [t if isinstance(t, str) else None for t in (tasks or [])]
-            ep = Episode(idx, int(rec.get("length") or 0), tasks, _success_of(rec))
+                tasks = [self.tasks.get(_number(rec["task_index"], int, where, "task_index"))]
+            tasks = [t if isinstance(t, str) else None for t in (tasks if isinstance(tasks, list) else [tasks])]
+            ep = Episode(idx, _number(rec.get("length"), int, where, "length") or 0, tasks, _success_of(rec))
             for key in self.cameras:
                 if template:
                     p = self.root / template.format(episode_chunk=idx // chunk, episode_index=idx, video_key=key,
@@ -171,7 +177,13 @@ class LeRobotDataset:
         template = self.info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
         eps = []
         for f in files:
-            names = pq.ParquetFile(f).schema_arrow.names
+            try:
+                names = pq.ParquetFile(f).schema_arrow.names
+            except (pa.ArrowException, OSError) as e:
+                raise DatasetError(f"{f} cannot be read as parquet ({_first_line(e)}): the dataset's episode "
+                                   "metadata is damaged; restore the file") from None
+            if "episode_index" not in names:
+                raise DatasetError(f"{f} has no episode_index column: not LeRobot v3.0 episode metadata")
             wanted = [c for c in names if c in ("episode_index", "length", "tasks", "dataset_from_index",
                                                 "dataset_to_index", *SUCCESS_KEYS) or
                       (c.startswith("videos/") and not c.startswith("videos/stats"))]
@@ -179,12 +191,16 @@ class LeRobotDataset:
             cols = {c: t.column(c).to_pylist() for c in wanted if c != "tasks"}
             tasks_col = _task_lists(t.column("tasks")) if "tasks" in wanted else [[] for _ in range(t.num_rows)]
             for r in range(t.num_rows):
-                idx = int(cols["episode_index"][r])
+                where = f"{f} row {r}"
+                idx = _number(cols["episode_index"][r], int, where, "episode_index")
+                if idx is None:
+                    raise DatasetError(f"{where}: episode_index is empty")
                 if "dataset_from_index" in cols and "dataset_to_index" in cols \
                         and cols["dataset_from_index"][r] is not None:
-                    length = int(cols["dataset_to_index"][r]) - int(cols["dataset_from_index"][r])
+                    length = (_number(cols["dataset_to_index"][r], int, where, "dataset_to_index") or 0) - \
+                        _number(cols["dataset_from_index"][r], int, where, "dataset_from_index")
                 else:
-                    length = int(cols.get("length", [0] * t.num_rows)[r] or 0)
+                    length = _number(cols.get("length", [0] * t.num_rows)[r], int, where, "length") or 0
                 succ = next((bool(cols[k][r]) for k in SUCCESS_KEYS if k in cols and cols[k][r] is not None), None)
                 ep = Episode(idx, length, tasks_col[r], succ)
                 for key in self.cameras:
@@ -200,8 +216,13 @@ class LeRobotDataset:
         return sorted(eps, key=lambda e: e.index)
 
     def _read_success(self) -> None:
-        """Per-frame success columns (DROID's `is_episode_successful`) -> per-episode flags."""
+        """Per-frame success columns (DROID's `is_episode_successful`) -> per-episode flags.
+
+        `has_success_flags` says the dataset carries flags at all; an episode whose flag sits in
+        an unreadable data file keeps `success = None`, and `only_successful` drops it, counted.
+        """
         key = next((k for k in SUCCESS_KEYS if k in self.info.get("features", {})), None)
+        self.has_success_flags = key is not None or any(e.success is not None for e in self.episodes)
         if key is None or all(e.success is not None for e in self.episodes):
             return
         flags: dict[int, bool] = {}
@@ -209,7 +230,7 @@ class LeRobotDataset:
             try:
                 t = _read_parquet(f, columns=["episode_index", key])
             except DatasetError:
-                continue
+                continue  # its episodes keep success = None: unknown, never "successful"
             eps = t.column("episode_index").to_numpy()
             vals = t.column(key).to_pylist()
             for e, v in zip(eps, vals):
@@ -242,6 +263,7 @@ class LeRobotDataset:
                 length = -1  # unreadable: the preparer counts it as a corrupt video
             self.episodes.append(Episode(i, length, [task], None, {PLAIN_CAMERA: VideoSpan(v)}))
         self.fps = fps
+        self.has_success_flags = False
         self.cameras = {PLAIN_CAMERA: CameraFeature(PLAIN_CAMERA, None, None, fps, None)}
         self.names = {i: v.stem for i, v in enumerate(videos)}
 
@@ -261,8 +283,9 @@ def _camera_features(info: dict, where: Path) -> dict[str, CameraFeature]:
         codec = vi.get("video.codec", vi.get("codec"))
         h = h or vi.get("video.height")
         w = w or vi.get("video.width")
-        out[key] = CameraFeature(key, int(h) if h else None, int(w) if w else None,
-                                 float(fps) if fps else None, codec)
+        what = f"features.{key}"
+        out[key] = CameraFeature(key, _number(h, int, where, what + " height"), _number(w, int, where, what + " width"),
+                                 _number(fps, float, where, what + " fps") or None, codec)
     return out
 
 
@@ -313,6 +336,29 @@ def _task_lists(col: pa.ChunkedArray) -> list[list[str | None]]:
                 out.append([] if not chunk[i].is_valid else flat[offsets[i] - base:offsets[i + 1] - base])
         return out
     return [[s] for s in _strings(col)]
+
+
+def _number(value: Any, kind: type, where: str | Path, what: str) -> Any:
+    """`kind(value)` for a metadata number (None stays None); anything else is a one-line DatasetError.
+
+    Why: a hand-edited or converted dataset can carry "30fps" or a list where a number belongs,
+    and the error must name the file and the field, not come from deep inside numpy or PyAV."""
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool) or isinstance(value, (list, dict)):
+            raise TypeError
+        x = kind(value)
+        if kind is float and not math.isfinite(x) or x < 0:
+            raise ValueError
+        return x
+    except (TypeError, ValueError, OverflowError):
+        raise DatasetError(f"{where}: {what} = {value!r} is not a valid non-negative number; fix the dataset's "
+                           "metadata") from None
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0][:120] if str(e) else type(e).__name__
 
 
 def _read_json(path: Path) -> dict:

@@ -4,17 +4,23 @@ Output (docs/data.md): `info.json` (format "worldtune.dataset", version 1, layou
 `manifest.parquet` (one row per clip), `clips/*.mp4`, `report.json` + `report.md` + a length
 histogram, and `cameras.json` when the source has `meta/cameras.json`.
 
-How it stays correct when killed: every clip mp4 is written atomically; when all clips of an
-episode are written, a done-record `.progress/episode_NNNNNN.json` is written (atomically) with
-their manifest rows. A rerun skips episodes with a record and rewrites the others (same clip
-names, so no duplicates). The manifest is rebuilt from the records at the end. The settings that
-shape clips are fingerprinted in `.progress/settings.json`: rerunning into the same folder with
+How it stays correct when killed: every clip mp4 is written atomically; as soon as all clips of
+an episode are written (in whichever worker), the main process writes its done-record
+`.progress/episode_NNNNNN.json` (atomically) with their manifest rows, so a kill -9 at any point
+loses at most the episodes in flight. A rerun skips episodes with a record and rewrites the
+others (same clip names, so no duplicates). The manifest is rebuilt from the records at the end.
+The settings that shape clips are fingerprinted in `.progress/settings.json` (after the encoder
+settings were tried, so a typo cannot poison the folder): rerunning into the same folder with
 other settings is an error, not a mix. Which episodes are held out (`val_fraction`, `seed`) is
-decided at manifest time, so changing it needs no re-encoding.
+decided at manifest time, so changing it needs no re-encoding. One run at a time per folder
+(`OutputLock`).
 
 Bad input never stops the run: an episode with a corrupt/truncated video, a missing camera,
 cameras that disagree in fps or frame count, no frames, or (with `missing_task = "skip"`) no
-usable task is skipped and counted by reason. Disk full stops the run with a one-line error.
+usable task is skipped and counted by reason. A drop for a source video remembers the file's size
+and modification time: when the file changes (a repaired download), the episode is retried. The
+output side failing (disk full, quota, I/O error) is never a drop: it stops the run with a
+one-line error, and the rerun resumes.
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ import hashlib
 import io
 import json
 import math
+import os
 import re
+import signal
 import statistics
 import time
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -35,11 +44,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from worldtune.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, remove_stale_temps
 from worldtune.config import PrepareConfig
 from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, layout_from_dict
 from worldtune.data.lerobot import Episode, LeRobotDataset, VideoSpan
-from worldtune.data.video import DiskFullError, VideoWriter, atomic_write_bytes, probe, read_frames
-from worldtune.errors import ConfigError, DatasetError
+from worldtune.data.video import VideoWriter, check_encoder, probe, read_frames
+from worldtune.errors import ConfigError, DatasetError, WorldtuneError
+from worldtune.lock import OutputLock
 
 FORMAT = "worldtune.dataset"
 VERSION = 1
@@ -53,7 +64,7 @@ PROMPT_PRESETS: dict[str, str] = {
     "gr1": "The robot arm is performing a task. {task}",
     "plain": "{task}",
 }
-DROP_REASONS = ("empty_episode", "too_short", "missing_task", "unsuccessful", "missing_camera",
+DROP_REASONS = ("empty_episode", "too_short", "missing_task", "unsuccessful", "unknown_success", "missing_camera",
                 "corrupt_video", "truncated_video", "fps_mismatch", "frame_count_mismatch")
 PROGRESS = ".progress"
 # settings that change what a clip contains: a rerun with other values must not reuse clips
@@ -153,7 +164,7 @@ def plan_episodes(ds: LeRobotDataset, cfg: PrepareConfig, template: str) -> Plan
     fallback = clean_task(cfg.fallback_task) or "performs a task."
     for ep in eps:
         plan.lengths.append(max(0, ep.length))
-        reason, task = _episode_reason(ep, cfg)
+        reason, task = _episode_reason(ep, cfg, ds.has_success_flags)
         if reason is None and task is None:
             if cfg.missing_task == "skip":
                 reason = "missing_task"
@@ -167,13 +178,15 @@ def plan_episodes(ds: LeRobotDataset, cfg: PrepareConfig, template: str) -> Plan
     return plan
 
 
-def _episode_reason(ep: Episode, cfg: PrepareConfig) -> tuple[str | None, str | None]:
+def _episode_reason(ep: Episode, cfg: PrepareConfig, has_flags: bool) -> tuple[str | None, str | None]:
     if ep.length < 0:
         return "corrupt_video", None
     if ep.length == 0:
         return "empty_episode", None
     if cfg.only_successful and ep.success is False:
         return "unsuccessful", None
+    if cfg.only_successful and has_flags and ep.success is None:  # its flags sit in an unreadable file
+        return "unknown_success", None
     if any(key not in ep.spans for key in cfg.cameras.values()):
         return "missing_camera", None
     if not window_starts(ep.length, cfg):
@@ -222,7 +235,8 @@ def process_episode(job: EpisodeJob, ws: WorkerSettings) -> dict:
     import cv2
 
     cv2.setNumThreads(1)
-    base = {"episode_index": job.episode_index, "rows": [], "dropped": None, "detail": None}
+    base = {"episode_index": job.episode_index, "rows": [], "dropped": None, "detail": None,
+            "sources": source_fingerprint(job)}
     reason, detail, fps = _check_cameras(job)
     if reason:
         return {**base, "dropped": reason, "detail": detail}
@@ -264,6 +278,18 @@ def process_episode(job: EpisodeJob, ws: WorkerSettings) -> dict:
             "task": job.task, "prompt": job.prompt, "cameras": list(job.spans),
         })
     return {**base, "rows": rows}
+
+
+def source_fingerprint(job: EpisodeJob) -> dict[str, list[int]]:
+    """Size and modification time of each source video of an episode: a drop is a verdict on these."""
+    out = {}
+    for span in job.spans.values():
+        try:
+            st = os.stat(span.path)
+            out[str(span.path)] = [st.st_size, st.st_mtime_ns]
+        except OSError:
+            out[str(span.path)] = [-1, -1]
+    return out
 
 
 def _write(path: Path, frames: np.ndarray, fps: float, ws: WorkerSettings) -> None:
@@ -314,25 +340,50 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
     if cfg.stride < 1:
         raise ConfigError(f"prepare.stride must be >= 1, got {cfg.stride}")
     layout = build_layout(cfg)
+    check_encoder(cfg.codec, cfg.crf, cfg.preset, what="prepare.codec/crf/preset")
     ds = LeRobotDataset(cfg.source)
     missing = [f"{r}={k}" for r, k in cfg.cameras.items() if k not in ds.cameras]
     if missing:
         raise DatasetError(f"{ds.root}: no camera feature {', '.join(missing)}; the dataset has "
                            f"{', '.join(ds.cameras) or 'none'} (set prepare.cameras)")
     out = Path(cfg.out)
-    _start_output(out, cfg)
-    plan = plan_episodes(ds, cfg, template)
-    records = _load_records(out, {j.episode_index for j in plan.jobs})
-    todo = [j for j in plan.jobs if j.episode_index not in records]
-    ws = WorkerSettings(str(out), layout.to_dict(), cfg.num_frames, cfg.stride, cfg.fps, cfg.codec, cfg.crf,
-                        cfg.preset, 1 if cfg.workers > 1 else 0, str(ds.root), dict(cfg.cameras), on_clip)
-    for rec in _run_jobs(todo, ws, cfg.workers, quiet):
-        atomic_write_bytes(out / PROGRESS / f"episode_{rec['episode_index']:06d}.json", json.dumps(rec).encode())
-        records[rec["episode_index"]] = rec
-    report = _finish(out, cfg, ds, layout, plan, records, time.perf_counter() - t0, resumed=len(plan.jobs) - len(todo))
+    with OutputLock(out, "prepare"), _stop_on_sigterm():
+        _start_output(out, cfg)
+        plan = plan_episodes(ds, cfg, template)
+        records = _load_records(out, {j.episode_index: j for j in plan.jobs})
+        todo = [j for j in plan.jobs if j.episode_index not in records]
+        ws = WorkerSettings(str(out), layout.to_dict(), cfg.num_frames, cfg.stride, cfg.fps, cfg.codec, cfg.crf,
+                            cfg.preset, 1 if cfg.workers > 1 else 0, str(ds.root), dict(cfg.cameras), on_clip)
+        for rec in _run_jobs(todo, ws, cfg.workers, quiet):
+            atomic_write_json(out / PROGRESS / f"episode_{rec['episode_index']:06d}.json", rec, indent=None)
+            records[rec["episode_index"]] = rec
+        report = _finish(out, cfg, ds, layout, plan, records, time.perf_counter() - t0,
+                         resumed=len(plan.jobs) - len(todo))
     if not quiet:
         print_summary(report)
     return report
+
+
+class Stopped(WorldtuneError):
+    """SIGTERM (a scheduler, `kill`): workers are stopped; finished episodes are kept for the rerun."""
+
+
+class _stop_on_sigterm:
+    """Turn SIGTERM into `Stopped` in the main thread, so workers are stopped and nothing is orphaned."""
+
+    def __enter__(self) -> None:
+        import threading
+
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._raise)
+
+    def _raise(self, signum, _frame) -> None:
+        raise Stopped("prepare stopped by SIGTERM: finished episodes are kept; rerun the same command to continue")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
 
 
 def _start_output(out: Path, cfg: PrepareConfig) -> None:
@@ -341,34 +392,45 @@ def _start_output(out: Path, cfg: PrepareConfig) -> None:
     settings["source"] = str(Path(cfg.source).resolve())
     path = out / PROGRESS / "settings.json"
     if path.is_file():
-        old = json.loads(path.read_text())
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise DatasetError(f"{path} is damaged: the clips' settings are unknown; delete {out} or choose "
+                               "another prepare.out") from None
         changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
         if changed:
             raise DatasetError(f"{out} holds clips prepared with other settings ({', '.join(changed)} changed): "
                                "choose another prepare.out or delete the folder")
     elif (out / "manifest.parquet").exists() and not (out / PROGRESS).is_dir():
         raise DatasetError(f"{out} holds a prepared dataset without progress records: choose another prepare.out")
-    atomic_write_bytes(path, json.dumps(settings, indent=1, sort_keys=True).encode())
-    clips = out / "clips"
-    if clips.is_dir():
-        for tmp in list(clips.glob(".*.tmp-*")) + list(clips.glob("*/.*.tmp-*")):
-            tmp.unlink(missing_ok=True)
+    atomic_write_json(path, settings, sort_keys=True)
+    remove_stale_temps(out, recursive=True)  # we hold the folder's lock: no live writer owns them
 
 
-def _load_records(out: Path, wanted: set[int]) -> dict[int, dict]:
-    """Done-records of earlier runs whose clip files all still exist."""
+def _load_records(out: Path, wanted: dict[int, EpisodeJob]) -> dict[int, dict]:
+    """Done-records of earlier runs that still hold: every clip file exists, and a drop's sources are unchanged.
+
+    A drop is a verdict on the source files it read; if one changed since (a download finished or
+    was repaired) the episode is tried again. Records without source fingerprints are retried too.
+    """
     recs: dict[int, dict] = {}
     for p in (out / PROGRESS).glob("episode_*.json"):
         try:
             rec = json.loads(p.read_text())
-        except (json.JSONDecodeError, OSError):
-            continue
-        if rec.get("episode_index") not in wanted:
-            continue
-        files = [r["video"] for r in rec["rows"] if r["video"]] + [
-            v for r in rec["rows"] if r["views"] for v in json.loads(r["views"]).values()]
-        if all((out / f).is_file() for f in files):
-            recs[rec["episode_index"]] = rec
+            e = rec["episode_index"]
+            if e not in wanted:
+                continue
+            if rec["dropped"]:
+                if rec.get("sources") != source_fingerprint(wanted[e]):
+                    continue
+            else:
+                files = [r["video"] for r in rec["rows"] if r["video"]] + [
+                    v for r in rec["rows"] if r["views"] for v in json.loads(r["views"]).values()]
+                if not all((out / f).is_file() for f in files):
+                    continue
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable record: redo the episode
+        recs[e] = rec
     return recs
 
 
@@ -387,29 +449,40 @@ def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: b
             return
         import multiprocessing as mp
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-            pending: set[Future] = {pool.submit(_guard, process_episode, j, ws) for j in jobs}
-            try:
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                    for fut in done:
-                        yield fut.result()
-                        progress.advance(task)
-            except BaseException:
-                for fut in pending:
-                    fut.cancel()
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn"))
+        try:
+            futures: list[Future] = [pool.submit(_guard, process_episode, j, ws) for j in jobs]
+            for fut in as_completed(futures):  # each episode is handed back (and recorded) as it finishes
+                yield fut.result()
+                progress.advance(task)
+        except BrokenProcessPool:
+            raise WorldtuneError("a prepare worker process died (killed by the out-of-memory killer?): finished "
+                                 "episodes are kept; rerun, with fewer prepare.workers if memory is short") from None
+        finally:
+            _stop_workers(pool)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued episodes and end running workers now (an interrupted run must not leave orphans).
+
+    The executor has no public way to stop running workers before Python 3.14; its `_processes`
+    map is read defensively. A clip being written is a temp file, removed by the next run.
+    """
+    for p in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            p.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _guard(fn, job: EpisodeJob, ws: WorkerSettings) -> dict:
-    """Unexpected decoder/encoder trouble in one episode is a counted drop; disk full is not."""
+    """Unexpected decoder trouble in one episode is a counted drop; the output side failing is not."""
     try:
         return fn(job, ws)
-    except DiskFullError:
-        raise
     except DatasetError as e:
-        return {"episode_index": job.episode_index, "rows": [], "dropped": "corrupt_video", "detail": str(e)}
+        return {"episode_index": job.episode_index, "rows": [], "dropped": "corrupt_video", "detail": str(e),
+                "sources": source_fingerprint(job)}
 
 
 # ------------------------------------------------------------------------------------- outputs
@@ -457,9 +530,9 @@ def _finish(out: Path, cfg: PrepareConfig, ds: LeRobotDataset, layout: Layout, p
         "prompt_template": prompt_template(cfg), "codec": cfg.codec, "crf": cfg.crf, "preset": cfg.preset,
         "has_cameras_json": src_cams.is_file(), "counts": report["counts"],
     }
-    atomic_write_bytes(out / "info.json", (json.dumps(info, indent=2) + "\n").encode())
-    atomic_write_bytes(out / "report.json", (json.dumps(report, indent=2) + "\n").encode())
-    atomic_write_bytes(out / "report.md", _report_md(report).encode())
+    atomic_write_json(out / "info.json", info, indent=2)
+    atomic_write_json(out / "report.json", report, indent=2)
+    atomic_write_text(out / "report.md", _report_md(report))
     _histogram_png(out / "length_histogram.png", plan.lengths, frames_needed(cfg.num_frames, cfg.stride))
     return report
 

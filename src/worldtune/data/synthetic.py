@@ -32,7 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from worldtune.data.video import VideoWriter, atomic_write_bytes
+from worldtune.atomic import atomic_write_bytes
+from worldtune.data.video import VideoWriter
 
 CAMERA_NAMES: tuple[str, ...] = ("exterior_1_left", "exterior_2_left", "wrist_left")
 FEATURE_PREFIX = "observation.images."

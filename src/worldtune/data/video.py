@@ -11,7 +11,6 @@ Frames are numpy arrays `[T, H, W, 3]` of uint8 RGB throughout.
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import dataclass
 from fractions import Fraction
@@ -21,7 +20,10 @@ from typing import Iterable, Sequence
 import av
 import numpy as np
 
-from worldtune.errors import DatasetError
+from worldtune.atomic import atomic_write_bytes, output_error, temp_path
+from worldtune.errors import ConfigError, DatasetError, DiskFullError
+
+__all__ = ["VideoInfo", "VideoWriter", "probe", "read_frames", "write_video", "atomic_write_bytes", "DiskFullError"]
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,10 @@ def read_frames(
     `indices` count frames from the start of the span (LeRobot v3: from the episode's first frame)
     and may be in any order or repeat; None = every frame of the span. We seek to the keyframe
     before `start_time` and decode forward, converting to RGB only the frames asked for (the
-    conversion costs more than decoding at small sizes). A missing frame (truncated file) or a
-    decode error raises `DatasetError` naming the file.
+    conversion costs more than decoding at small sizes). A missing frame (truncated file), a
+    decode error or a frame the decoder flags as damaged (damage in the middle of a file is
+    otherwise decoded with concealment: grey blocks kept as data) raises `DatasetError` naming the
+    file. Damage the codec cannot notice (it has no checksums) stays undetected.
     """
     want = None if indices is None else sorted(set(int(i) for i in indices))
     if want is not None and want and want[0] < 0:
@@ -110,6 +114,9 @@ def read_frames(
                     continue
                 if end_time is not None and t >= end_time - half:
                     break
+                if frame.is_corrupt:
+                    raise DatasetError(f"video {path} is corrupt: frame {n} of the span is damaged (the decoder had "
+                                       f"to conceal errors)")
                 if want is None:
                     every.append(frame.to_ndarray(format="rgb24"))
                 elif n in want_s:
@@ -148,7 +155,7 @@ class VideoWriter:
         self.path = Path(path)
         self.fps, self.codec, self.crf, self.preset = fps, codec, crf, preset
         self.threads, self.pix_fmt, self.gop = threads, pix_fmt, gop
-        self.tmp = self.path.with_name(f".{self.path.stem}.tmp-{os.getpid()}{self.path.suffix or '.mp4'}")
+        self.tmp = temp_path(self.path)
         self._c: av.container.OutputContainer | None = None
         self._s = None
         self.count = 0
@@ -185,7 +192,7 @@ class VideoWriter:
             self._encode(frame)
         except OSError as e:
             self.abort()
-            raise _disk_error(e, self.path) from None
+            raise output_error(e, self.path) from None
         self.count += 1
 
     def _encode(self, frame: np.ndarray | av.VideoFrame) -> None:
@@ -215,7 +222,7 @@ class VideoWriter:
             os.replace(self.tmp, self.path)
         except OSError as e:
             self.abort()
-            raise _disk_error(e, self.path) from None
+            raise output_error(e, self.path) from None
         return self.path
 
     def abort(self) -> None:
@@ -232,16 +239,6 @@ class VideoWriter:
             pass
 
 
-class DiskFullError(DatasetError):
-    """Out of disk space while writing: a run must stop (not skip the item) and can be resumed."""
-
-
-def _disk_error(e: OSError, path: Path) -> Exception:
-    if e.errno == errno.ENOSPC:
-        return DiskFullError(f"disk full while writing {path}: free space in {path.parent} and rerun (the run resumes)")
-    return DatasetError(f"cannot write {path}: {e.strerror or _short(e)}")
-
-
 def write_video(path: str | Path, frames: np.ndarray | Iterable[np.ndarray], fps: float,
                 codec: str = "libx264", crf: int | None = 18, preset: str | None = None,
                 threads: int = 0) -> Path:
@@ -252,20 +249,24 @@ def write_video(path: str | Path, frames: np.ndarray | Iterable[np.ndarray], fps
     return Path(path)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write a small file atomically (temp + fsync + rename); used for json/parquet side files."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+def check_encoder(codec: str, crf: int | None, preset: str | None, what: str = "video") -> None:
+    """Encode two tiny frames in memory with these settings: a typo fails here, in one line, before any work.
+
+    Why a trial encode: only the encoder knows its presets and ranges (x264 names them, SVT-AV1
+    numbers them), and an error found after a run recorded its settings would poison the folder.
+    """
+    import io
+
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise _disk_error(e, p) from None
+        with av.open(io.BytesIO(), mode="w", format="mp4") as c:
+            opts = {k: str(v) for k, v in (("crf", crf), ("preset", preset)) if v not in (None, "")}
+            s = c.add_stream(codec, rate=15, options=opts)
+            s.width, s.height, s.pix_fmt = 64, 64, "yuv420p"
+            frame = av.VideoFrame.from_ndarray(np.zeros((64, 64, 3), np.uint8), format="rgb24")
+            for f in (frame, frame, None):
+                for pkt in s.encode(f):
+                    c.mux(pkt)
+    except (av.error.FFmpegError, ValueError) as e:
+        raise ConfigError(f"{what}: codec {codec!r} with preset {preset!r} and crf {crf} cannot encode "
+                          f"({_short(e)}): check the codec name and preset (x264: ultrafast ... medium ... "
+                          f"veryslow; SVT-AV1: 0-13)") from None

@@ -45,7 +45,7 @@ def write_info(out: Path, layout: dict[str, Any] | None, fps: float, dataset: st
 
     `dataset`: the prepared dataset the inputs came from, so evaluation finds its cameras.
     """
-    from worldtune.data.video import atomic_write_bytes
+    from worldtune.atomic import atomic_write_bytes
 
     path = out / "info.json"
     info = {"format": FORMAT, "version": VERSION, "layout": layout, "fps": fps, "dataset": dataset}
@@ -105,7 +105,7 @@ def append_row(out: Path, rank: int, row: dict[str, Any]) -> None:
 
 def merge(out: Path) -> int:
     """Write generations.jsonl from everything recorded (atomic); returns the number of rows."""
-    from worldtune.data.video import atomic_write_bytes
+    from worldtune.atomic import atomic_write_bytes
 
     rows = all_rows(out)
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for _, r in sorted(rows.items()))
