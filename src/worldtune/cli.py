@@ -2,7 +2,9 @@
 
 Each stage command takes an optional TOML config and dotted overrides
 (`worldtune train configs/demo.toml --train.steps 50`), resolves the typed config, and calls the
-stage's `run(...)` function. Our own errors print as one line and exit 1.
+stage's `run(...)` function. `--help` lists the config keys a stage reads (from the typed fields
+of `worldtune.config`), `--print-config` prints them resolved. Our own errors and every usage
+error print without a traceback and exit non-zero.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from worldtune import __version__
 from worldtune.errors import NotBuiltError, WorldtuneError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -25,8 +28,23 @@ app.add_typer(launch_app, name="launch")
 _STAGE_CTX = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"worldtune {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Post-train Cosmos world models on robot data, generate videos, and score them."""
+
+
 def _stage(module: str, func: str = "run") -> Callable[..., Any]:
     """Import a stage's entry point, or say in one line that the stage is not built yet."""
+    from worldtune.console import quiet_libraries
+
+    quiet_libraries()
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
@@ -36,7 +54,27 @@ def _stage(module: str, func: str = "run") -> Callable[..., Any]:
     return getattr(mod, func)
 
 
-def _resolve(config: Optional[str], ctx: typer.Context, print_config: bool, section: str | None = None):
+def config_help(*sections: str, also: str = "") -> str:
+    """The `--help` epilog of a stage: every key of its config sections with type, default and meaning."""
+    from rich.markup import escape
+
+    from worldtune.config import WorldtuneConfig, describe_fields
+
+    lines = [f"Config keys (set in a TOML file or as --section.key VALUE; --print-config shows them resolved){also}:", ""]
+    for section in sections:
+        for key, kind, default, text in describe_fields(WorldtuneConfig.model_fields[section].annotation, section):
+            default = default if len(default) <= 48 else default[:45] + "..."
+            lines.append(escape(f"{key}: {kind} = {default}" + (f"  {text}" if text else "")))
+    return "\n".join(lines)
+
+
+def stage_command(*sections: str, also: str = "") -> dict[str, Any]:
+    """Settings of a stage command that reads a config: extra args are overrides, the epilog lists the keys."""
+    return {"context_settings": _STAGE_CTX, "epilog": config_help(*sections, also=also)}
+
+
+def _resolve(config: Optional[str], ctx: typer.Context, print_config: bool, sections: tuple[str, ...] | None = None):
+    """Load the config; with --print-config print the sections the stage reads (loadable back) and exit."""
     from worldtune.config import dump_config, load_config
 
     args = list(ctx.args)
@@ -44,33 +82,34 @@ def _resolve(config: Optional[str], ctx: typer.Context, print_config: bool, sect
         config, args = None, [config, *args]
     cfg = load_config(config, args)
     if print_config:
-        typer.echo(dump_config(getattr(cfg, section) if section else cfg))
+        typer.echo(dump_config(cfg, list(sections) if sections else None), nl=False)
         raise typer.Exit(0)
     return cfg
 
 
 _CONFIG_ARG = typer.Argument(None, help="TOML config file (optional: every field has a default)")
 _PRINT = typer.Option(False, "--print-config", help="Print the resolved config and exit.")
+_ALL = ("model", "prepare", "cache", "train", "generate", "evaluate", "report", "compare")
 
 
-@app.command(context_settings=_STAGE_CTX)
+@app.command(**stage_command("prepare"))
 def prepare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Turn a LeRobot dataset into training clips (grid or separate views), with a report."""
-    cfg = _resolve(config, ctx, print_config, "prepare")
+    cfg = _resolve(config, ctx, print_config, ("prepare",))
     _stage("worldtune.data.prepare")(cfg.prepare)
 
 
-@app.command(context_settings=_STAGE_CTX)
+@app.command(**stage_command("model", "cache"))
 def cache(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Cache VAE latents per clip and text embeddings per prompt."""
-    cfg = _resolve(config, ctx, print_config)
+    cfg = _resolve(config, ctx, print_config, ("model", "cache"))
     _stage("worldtune.data.cache")(cfg)
 
 
-@app.command(context_settings=_STAGE_CTX)
+@app.command(**stage_command("model", "train"))
 def train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Post-train the DiT (LoRA, DoRA or full) with the rectified-flow objective."""
-    cfg = _resolve(config, ctx, print_config)
+    cfg = _resolve(config, ctx, print_config, ("model", "train"))
     _stage("worldtune.train.trainer")(cfg)
 
 
@@ -82,31 +121,31 @@ def export(checkpoint: str = typer.Argument(..., help="checkpoint directory (or 
     _stage("worldtune.train.export")(checkpoint, out, fuse=fuse)
 
 
-@app.command(context_settings=_STAGE_CTX)
+@app.command(**stage_command("model", "generate"))
 def generate(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Generate videos from (first frame, prompt) pairs with a base model and adapters."""
-    cfg = _resolve(config, ctx, print_config)
+    cfg = _resolve(config, ctx, print_config, ("model", "generate"))
     _stage("worldtune.infer.generate")(cfg)
 
 
-@app.command(context_settings=_STAGE_CTX)
+@app.command(**stage_command("evaluate"))
 def evaluate(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Score generation folders: Sampson geometry and a VLM judge."""
-    cfg = _resolve(config, ctx, print_config, "evaluate")
+    cfg = _resolve(config, ctx, print_config, ("evaluate",))
     _stage("worldtune.eval.evaluate")(cfg.evaluate)
 
 
-@app.command(context_settings=_STAGE_CTX)
+@app.command(**stage_command("report"))
 def report(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Write an HTML report and a Markdown summary of evaluations and training runs."""
-    cfg = _resolve(config, ctx, print_config, "report")
+    cfg = _resolve(config, ctx, print_config, ("report",))
     _stage("worldtune.eval.report")(cfg.report)
 
 
-@app.command(context_settings=_STAGE_CTX)
+@app.command(**stage_command("compare", also=" -- and those of [model], [prepare], [train], [generate], [evaluate], [report]"))
 def compare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Grid vs separate camera views: both prepared, trained, generated and scored, in one report."""
-    cfg = _resolve(config, ctx, print_config)
+    cfg = _resolve(config, ctx, print_config, _ALL)
     _stage("worldtune.compare")(cfg)
 
 
@@ -114,9 +153,12 @@ def compare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_confi
 def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every stage's output"),
          steps: int = typer.Option(200, "--steps", help="training steps"),
          compare_views: bool = typer.Option(False, "--compare-views",
-                                            help="also train and score the separate-views model beside the grid")) -> None:
+                                            help="also train and score the separate-views model beside the grid"),
+         only_data: bool = typer.Option(False, "--only-data",
+                                        help="only write the synthetic LeRobot dataset and the tiny model, then stop "
+                                             "(the first step of configs/demo.toml)")) -> None:
     """Run every stage end to end on the tiny model (a few minutes on 2 CPU cores)."""
-    _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views)
+    _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data)
 
 
 @app.command()
@@ -174,8 +216,22 @@ def launch_slurm(ctx: typer.Context, config: str = typer.Argument(...),
                                      max_retries=max_retries, out=out, submit=submit)
 
 
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """Usage errors to print without a traceback: typer raises its vendored click's exceptions
+    (subclasses of `typer.TyperException`); a plain `click` one may still come from a library."""
+    kinds: list[type[BaseException]] = [typer.TyperException]
+    try:
+        import click
+
+        kinds.append(click.ClickException)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(kinds)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: our errors become one line on stderr and exit code 1 (2: not built)."""
+    """Console entry point: our errors become one line on stderr and exit code 1 (2: not built);
+    usage errors print click's usage message and exit 2; nothing a user typed ends in a traceback."""
     try:
         rv = app(args=argv, standalone_mode=False)
         if isinstance(rv, int):  # click returns typer.Exit codes instead of raising without standalone mode
@@ -188,13 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         return 130
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            return e.exit_code
-        raise
+    except _usage_errors() as e:
+        show = getattr(e, "show", None)
+        if show is not None:
+            show()
+        else:  # pragma: no cover
+            typer.echo(f"error: {e}", err=True)
+        return getattr(e, "exit_code", 2)
     return 0
 
 

@@ -39,7 +39,7 @@ console = Console()
 def branch_config(cfg: WorldtuneConfig, layout: str) -> WorldtuneConfig:
     """The config of one branch: its own dataset, run and generation folders under compare.out."""
     from worldtune.data.layout import view_size_for_grid
-    from worldtune.data.prepare import PROMPT_PRESETS
+    from worldtune.data.prepare import describes_grid
 
     root = Path(cfg.compare.out)
     c = cfg.model_copy(deep=True)
@@ -49,7 +49,7 @@ def branch_config(cfg: WorldtuneConfig, layout: str) -> WorldtuneConfig:
         grid = cfg.prepare.grid
         c.prepare.height, c.prepare.width = (cfg.compare.view_height, cfg.compare.view_width) if cfg.compare.view_height \
             else view_size_for_grid(cfg.prepare.height, cfg.prepare.width, (grid.rows, grid.cols), len(cfg.prepare.cameras))
-        if "grid" in PROMPT_PRESETS.get(cfg.prepare.prompt_template, cfg.prepare.prompt_template):
+        if describes_grid(cfg.prepare.prompt_template):
             c.prepare.prompt_template = "plain"
     c.train.out = str(root / f"run_{layout}")
     c.train.resume = "auto"

@@ -31,59 +31,66 @@ class Section(BaseModel):
 
 # ----------------------------------------------------------------------------------------- model
 class ModelConfig(Section):
-    """Which model: a registry name (random init) or a local diffusers directory (real weights)."""
+    """Which model: a local diffusers directory or cached hub id (real weights), or a registry name."""
 
-    name: str | None = None  # registry name; None = taken from `path`, or tiny-predict2.5 without one
-    path: str | None = None  # local diffusers-format pipeline directory (real weights)
-    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
-    seed: int = 0  # for random initialisation from a spec
+    name: str | None = Field(None, description="registry name (tiny-predict2.5, cosmos-predict2.5-2b, ...); "
+                             "None = taken from `path`, or tiny-predict2.5 without one")
+    path: str | None = Field(None, description="diffusers-format pipeline folder, or a hub id (org/name) already "
+                             "in the local Hugging Face cache; never downloaded")
+    revision: str | None = Field(None, description="hub revision (branch, tag or commit) when `path` is a hub id")
+    random_weights: bool = Field(False, description="allow a real-size `name` without `path`: random weights "
+                                 "(benchmarks only)")
+    dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="weights dtype on CUDA (CPU: fp32)")
+    seed: int = Field(0, description="seed of random initialisation from a registry spec")
 
 
 # --------------------------------------------------------------------------------------- prepare
 class GridConfig(Section):
     """A rows x cols tiling; `cells` maps camera role -> [row, col]. Unmapped cells are black."""
 
-    rows: int = 2
-    cols: int = 2
+    rows: int = Field(2, description="tile rows")
+    cols: int = Field(2, description="tile columns")
     cells: dict[str, tuple[int, int]] = Field(
-        default_factory=lambda: {"exterior_1": (0, 0), "exterior_2": (0, 1), "wrist": (1, 0)}
-    )
+        default_factory=lambda: {"exterior_1": (0, 0), "exterior_2": (0, 1), "wrist": (1, 0)},
+        description="camera role -> [row, col]; unmapped cells are black")
 
 
 class PrepareConfig(Section):
     """`worldtune prepare`: a LeRobot (v2.x, v3) or plain video dataset into training clips."""
 
-    source: str = "demo_out/lerobot"  # dataset root
-    out: str = "demo_out/dataset"  # prepared dataset folder
-    # camera role -> dataset feature key (LeRobot) ; roles are what layouts refer to
+    source: str = Field("demo_out/lerobot", description="dataset root: LeRobot, or videos/*.mp4 + metas/*.txt")
+    out: str = Field("demo_out/dataset", description="prepared dataset folder")
     cameras: dict[str, str] = Field(
         default_factory=lambda: {
             "exterior_1": "observation.images.exterior_1_left",
             "exterior_2": "observation.images.exterior_2_left",
             "wrist": "observation.images.wrist_left",
-        }
-    )
-    layout: Literal["grid", "separate", "single"] = "grid"
-    grid: GridConfig = Field(default_factory=GridConfig)
-    num_frames: int = 17
-    stride: int = 1
-    clip_policy: Literal["episode", "sliding"] = "episode"
-    overlap: int = 0  # frames shared by consecutive sliding windows
-    height: int = 64
-    width: int = 112
-    fps: float | None = None  # output fps; None = source fps / stride
-    resize: Literal["pad", "crop"] = "pad"  # aspect kept: pad with black, or center crop
-    prompt_template: str = "droid_grid"  # preset name (droid_grid, gr1, plain) or a string with {task}
-    missing_task: Literal["skip", "fallback"] = "fallback"
-    fallback_task: str = "performs a task."
-    only_successful: bool = False
-    max_episodes: int | None = None
-    val_fraction: float = 0.1  # episodes held out (split="val") for validation and generation
-    seed: int = 0  # which episodes are held out
-    workers: int = 2
-    codec: str = "libx264"
-    crf: int = 18
-    preset: str = "medium"  # x264 preset of the written clips
+        },
+        description="camera role -> dataset feature key (a plain videos/ folder has one camera: `video`)")
+    layout: Literal["grid", "separate", "single"] = Field(
+        "grid", description="cameras tiled in one frame, one mp4 per camera, or exactly one camera")
+    grid: GridConfig = Field(default_factory=GridConfig, description="the tiling of the grid layout")
+    num_frames: int = Field(17, description="frames per clip (4k+1)")
+    stride: int = Field(1, description="take every stride-th source frame")
+    clip_policy: Literal["episode", "sliding"] = Field(
+        "episode", description="one clip from each episode's start, or sliding windows")
+    overlap: int = Field(0, description="frames shared by consecutive sliding windows")
+    height: int = Field(64, description="output height (of the whole grid frame)")
+    width: int = Field(112, description="output width (of the whole grid frame)")
+    fps: float | None = Field(None, description="fps written into the clips; None = source fps / stride")
+    resize: Literal["pad", "crop"] = Field("pad", description="aspect kept: pad with black, or center crop")
+    prompt_template: str = Field("droid_grid", description="preset (droid_grid, gr1, plain) or a text with {task}")
+    missing_task: Literal["skip", "fallback"] = Field(
+        "fallback", description="episodes without task text: drop them, or use fallback_task")
+    fallback_task: str = Field("performs a task.", description="task text of episodes without one")
+    only_successful: bool = Field(False, description="drop episodes flagged unsuccessful")
+    max_episodes: int | None = Field(None, description="read only the first N episodes")
+    val_fraction: float = Field(0.1, description="episodes held out (split=val) for validation and generation")
+    seed: int = Field(0, description="which episodes are held out")
+    workers: int = Field(2, description="encoding processes")
+    codec: str = Field("libx264", description="video codec of the written clips")
+    crf: int = Field(18, description="x264 constant rate factor (lower = better quality)")
+    preset: str = Field("medium", description="x264 preset of the written clips")
 
     @field_validator("num_frames")
     @classmethod
@@ -95,26 +102,27 @@ class PrepareConfig(Section):
 class CacheConfig(Section):
     """`worldtune cache`: VAE latents per clip and text embeddings per unique prompt."""
 
-    dataset: str = "demo_out/dataset"
-    out: str | None = None  # default: <dataset>/cache/<model-key>
-    batch_size: int = 4
-    # what text embedding to store: "raw" (encoder output; Predict2.5: 512 x 100352 = 103 MB each),
-    # "projected" (Predict2.5's crossattn_proj output, 1 MB; adapters only, since full fine-tuning
-    # trains that projection), "auto" = projected for Predict2.5, raw for Predict2
-    text: Literal["auto", "raw", "projected"] = "auto"
-    dtype: Literal["bf16", "fp32"] = "bf16"  # storage dtype of latents and embeddings
-    device: str = "auto"  # auto = cuda if available
+    dataset: str = Field("demo_out/dataset", description="prepared dataset folder")
+    out: str | None = Field(None, description="cache folder; None = <dataset>/cache/<model-key>")
+    batch_size: int = Field(4, description="clips per VAE call")
+    text: Literal["auto", "raw", "projected"] = Field(
+        "auto", description="raw encoder output (Predict2.5: 103 MB a prompt), projected (crossattn_proj output, "
+        "1 MB; adapters only), auto = projected for Predict2.5, raw for Predict2")
+    dtype: Literal["bf16", "fp32"] = Field("bf16", description="storage dtype of latents and embeddings")
+    device: str = Field("auto", description="auto = cuda if available, else cpu")
 
 
 # ----------------------------------------------------------------------------------------- train
 class LoraConfig(Section):
-    rank: int = 32
-    alpha: float | None = None  # None = rank (alpha/rank = 1, as NVIDIA and the diffusers example)
-    dropout: float = 0.0
+    """Adapter settings of `train.mode = lora | dora`."""
+
+    rank: int = Field(32, description="LoRA rank")
+    alpha: float | None = Field(None, description="LoRA alpha; None = rank (scale alpha/rank = 1)")
+    dropout: float = Field(0.0, description="LoRA dropout")
     targets: list[str] = Field(
-        default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"]
-    )
-    init: Literal["default", "gaussian"] = "default"
+        default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"],
+        description="Linear module names that get adapters")
+    init: Literal["default", "gaussian"] = Field("default", description="peft's init of the adapter weights")
 
     @field_validator("rank")
     @classmethod
@@ -125,66 +133,79 @@ class LoraConfig(Section):
 
 
 class CheckpointConfig(Section):
-    every: int = 100  # optimizer steps between checkpoints (0 = only at the end)
-    keep: int = 3  # keep the newest K complete checkpoints
-    milestones: list[int] = Field(default_factory=list)  # steps never deleted
+    """When checkpoints are written and which are kept."""
+
+    every: int = Field(100, description="optimizer steps between checkpoints (0 = only at the end)")
+    keep: int = Field(3, description="keep the newest K complete checkpoints")
+    milestones: list[int] = Field(default_factory=list, description="steps whose checkpoints are never deleted")
 
 
 class TrainConfig(Section):
     """`worldtune train`: rectified-flow post-training (LoRA, DoRA or full) of the DiT."""
 
-    dataset: str = "demo_out/dataset"
-    cache: str | None = "auto"  # "auto" = use <dataset>/cache/<model-key> if it exists; None = decode clips
-    out: str = "demo_out/runs/lora"
-    mode: Literal["lora", "dora", "full"] = "lora"
-    lora: LoraConfig = Field(default_factory=LoraConfig)
-    ema: float | None = None  # EMA decay for full fine-tuning
-    steps: int = 200  # optimizer steps
-    batch_size: int = 1  # per process
-    grad_accum: int = 1
-    lr: float = 2**-14.5
-    weight_decay: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.99)
-    eps: float = 1e-8
-    warmup: int = 1000
-    f_max: float = 0.5  # NVIDIA recipe: lr multiplier decays linearly from f_max to f_min after warmup
-    f_min: float = 0.2
-    grad_clip: float = 1.0
-    # rectified flow (shared/DESIGN.md §4)
-    logit_mean: float = 0.0
-    logit_std: float = 1.0
-    shift: float = 5.0
-    cond_frames_probs: dict[int, float] = Field(default_factory=lambda: {0: 0.5, 1: 0.25, 2: 0.25})
-    cond_timestep: float = 1e-4
-    text_dropout: float = 0.2
-    # memory / speed
-    mixed_precision: Literal["bf16", "fp16", "no"] = "bf16"
-    # off | all | selective | every:N | blocks:N | auto. auto on CUDA = selective (recompute all but
-    # attention: fastest measured on an H200, docs/benchmarks.md); on CPU = off
-    grad_checkpointing: str = "auto"
-    memory_auto: bool = False  # with auto: keep as many whole blocks as free memory allows instead
-    compile: bool | None = None  # regional torch.compile of each block; None = on CUDA (measured fastest), off on CPU
-    fused_adaln: bool = True  # adaLN modulation per frame instead of per token (same numbers, less work)
-    fused_adamw: bool = True  # on CUDA
-    attention_backend: str | None = None  # pin SDPA to cudnn, flash, efficient or math; None = PyTorch's choice
-    view_attention: Literal["joint", "per_view"] = "joint"  # multi-view model (datasets with separate views)
-    fsdp: bool = False  # shard parameters, gradients and optimizer states (FSDP2) across processes
-    cpu_offload: bool = False  # FSDP2 CPU offload of parameters and optimizer states
-    num_frames: int | None = None  # None = the dataset's
-    # run control
-    seed: int = 42
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    resume: str | None = None  # None, "auto", or a checkpoint directory
-    log_every: int = 10
-    val_every: int = 0  # 0 = only at the end
-    val_samples: int = 2
-    val_videos: int = 1  # held-out clips generated at each validation (fixed noise); 0 = none
-    val_steps: int = 8  # sampler steps for validation videos
-    val_guidance: float = 7.0
-    val_sigmas: list[float] = Field(default_factory=lambda: [0.1, 0.3, 0.6, 0.9])
-    tensorboard: bool = True
-    wandb: bool = False
-    workers: int = 0
+    dataset: str = Field("demo_out/dataset", description="prepared dataset folder")
+    cache: str | None = Field("auto", description="latent cache folder; auto = <dataset>/cache/<model-key> if it "
+                              "exists; none = decode clips every step")
+    out: str = Field("demo_out/runs/lora", description="run folder (its name names the exported adapter)")
+    mode: Literal["lora", "dora", "full"] = Field("lora", description="what is trained")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="adapter settings")
+    ema: float | None = Field(None, description="EMA decay for full fine-tuning (e.g. 0.999); None = off")
+    steps: int = Field(200, description="optimizer steps")
+    batch_size: int = Field(1, description="clips per process per micro-batch")
+    grad_accum: int = Field(1, description="micro-batches per optimizer step")
+    lr: float = Field(2**-14.5, description="peak learning rate (times the schedule's multiplier)")
+    weight_decay: float = Field(1e-3, description="AdamW weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas")
+    eps: float = Field(1e-8, description="AdamW epsilon")
+    warmup: int = Field(1000, description="linear warmup steps (keep below steps)")
+    f_max: float = Field(0.5, description="lr multiplier at the end of warmup; decays linearly to f_min")
+    f_min: float = Field(0.2, description="lr multiplier at the last step")
+    grad_clip: float = Field(1.0, description="gradient norm clip (0 = off)")
+    logit_mean: float = Field(0.0, description="mean of the logit-normal timestep distribution")
+    logit_std: float = Field(1.0, description="std of the logit-normal timestep distribution")
+    shift: float = Field(5.0, description="timestep shift s: sigma = s t / (1 + (s-1) t)")
+    cond_frames_probs: dict[int, float] = Field(
+        default_factory=lambda: {0: 0.5, 1: 0.25, 2: 0.25},
+        description="probability of 0, 1 or 2 clean conditioning latent frames")
+    cond_timestep: float = Field(1e-4, description="timestep of the clean conditioning frames")
+    text_dropout: float = Field(0.2, description="probability of a zeroed text embedding (for guidance)")
+    mixed_precision: Literal["bf16", "fp16", "no"] = Field("bf16", description="autocast dtype on CUDA")
+    grad_checkpointing: str = Field(
+        "auto", description="off | all | selective | every:N | blocks:N | auto (CUDA: selective, or with "
+        "memory_auto as many whole blocks as memory allows; CPU: off)")
+    memory_auto: bool = Field(False, description="with auto: checkpoint whole blocks as free memory requires "
+                              "instead of selective")
+    compile: bool | None = Field(None, description="regional torch.compile of each block; None = on CUDA")
+    fused_adaln: bool = Field(True, description="adaLN modulation per frame instead of per token (same numbers)")
+    fused_adamw: bool = Field(True, description="fused AdamW on CUDA")
+    attention_backend: str | None = Field(None, description="pin SDPA to cudnn, flash, efficient or math; "
+                                          "None = PyTorch's choice")
+    view_attention: Literal["joint", "per_view"] = Field(
+        "joint", description="multi-view model (separate views): attention across views or per view")
+    fsdp: bool = Field(False, description="shard parameters, gradients and optimizer states (FSDP2; full mode)")
+    cpu_offload: bool = Field(False, description="FSDP2 CPU offload of parameters and optimizer states")
+    num_frames: int | None = Field(None, description="frames per clip; None = the dataset's")
+    seed: int = Field(42, description="seed of noise, timesteps, data order")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="checkpointing")
+    resume: str | None = Field(None, description="None, auto (newest complete checkpoint), or a checkpoint folder")
+    log_every: int = Field(10, description="steps between metrics rows (and log lines when not on a terminal)")
+    val_every: int = Field(0, description="steps between validations; 0 = only at the end")
+    val_samples: int = Field(2, description="held-out clips in the validation loss")
+    val_videos: int = Field(1, description="held-out clips generated at each validation (fixed noise); 0 = none")
+    val_steps: int = Field(8, description="sampler steps of validation videos")
+    val_guidance: float = Field(7.0, description="guidance of validation videos")
+    val_sigmas: list[float] = Field(default_factory=lambda: [0.1, 0.3, 0.6, 0.9],
+                                    description="fixed noise levels of the validation loss")
+    tensorboard: bool = Field(True, description="write <out>/tensorboard (scalars and the config)")
+    wandb: bool = Field(False, description="log config, scalars and validation videos to Weights & Biases "
+                        "(pip install 'worldtune[wandb]'; WANDB_MODE=offline works)")
+    wandb_project: str = Field("worldtune", description="W&B project of the run")
+    workers: int = Field(0, description="data loading processes")
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_none(cls, v: str | None) -> str | None:
+        return None if v is not None and v.lower() == "none" else v
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":
@@ -208,44 +229,48 @@ class TrainConfig(Section):
 
 # -------------------------------------------------------------------------------------- generate
 class AdapterSpec(Section):
-    path: str
-    scale: float = 1.0
-    name: str | None = None
+    """One adapter to generate with."""
+
+    path: str = Field(description="adapter folder (a run's export/) or its .safetensors file")
+    scale: float = Field(1.0, description="LoRA scale")
+    name: str | None = Field(None, description="model label; None = the run's name")
 
 
 class GenerateConfig(Section):
     """`worldtune generate`: videos from (first frame, prompt) pairs, several seeds and adapters."""
 
-    inputs: str = "demo_out/dataset"  # folder of NAME.png+NAME.txt, a .jsonl, or a prepared dataset
-    split: Literal["all", "val"] = "val"  # for a prepared dataset: held-out clips only
-    out: str = "demo_out/generations"
-    adapters: list[AdapterSpec] = Field(default_factory=list)
-    include_base: bool = True
-    fuse: bool = False
-    transformer: str | None = None  # a full fine-tuned transformer folder
-    mode: Literal["image2world", "video2world", "text2world"] = "image2world"
-    cond_latent_frames: int = 1  # video2world: 1 or 2
-    seeds: list[int] = Field(default_factory=lambda: [0, 1])
-    steps: int = 36
-    guidance: float = 7.0
-    negative_prompt: str | None = None
-    height: int | None = None
-    width: int | None = None
-    num_frames: int | None = None
-    max_inputs: int | None = None
-    resize: Literal["pad", "crop"] = "pad"
-    split_views: bool = True
-    # speed (none of these changes the output beyond bf16 rounding; docs/benchmarks.md has the numbers)
-    sampler: Literal["worldtune", "pipeline"] = "worldtune"  # worldtune: the pipeline's algorithm, leaner (2.5 only)
-    batch_guidance: bool = True  # both guidance branches in one batch-2 DiT call (worldtune sampler)
-    compile: bool | None = None  # regional torch.compile of each block; None = on CUDA, off on CPU
-    fused_adaln: bool = True  # adaLN modulation per frame instead of per token (worldtune sampler)
-    fps: float | None = None  # fps of the written mp4s; None = the model's
-    layout: dict[str, Any] | None = None  # camera layout (as in a dataset's info.json) for folder/JSONL inputs
-    attention_backend: str | None = None  # pin SDPA to cudnn, flash, efficient or math; None = PyTorch's choice
-    device: str = "auto"  # auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu
-    cond_timestep: float = 1e-4  # timestep of the clean conditioning latent frames (2.5 family)
-    max_sequence_length: int | None = None  # text tokens (padded/truncated); None = the model spec's
+    inputs: str = Field("demo_out/dataset", description="folder of NAME.png+NAME.txt, a .jsonl, or a prepared dataset")
+    split: Literal["all", "val"] = Field("val", description="prepared dataset: held-out clips only, or all")
+    out: str = Field("demo_out/generations", description="output folder")
+    adapters: list[AdapterSpec] = Field(default_factory=list, description="adapters: [{path, scale, name}, ...]")
+    include_base: bool = Field(True, description="also generate with the base model")
+    fuse: bool = Field(False, description="merge the single adapter into the weights")
+    transformer: str | None = Field(None, description="a full fine-tuned transformer folder")
+    mode: Literal["image2world", "video2world", "text2world"] = Field("image2world", description="conditioning")
+    cond_latent_frames: int = Field(1, description="video2world: 1 or 2 conditioning latent frames")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1], description="seeds per input")
+    steps: int = Field(36, description="sampler steps")
+    guidance: float = Field(7.0, description="classifier-free guidance (<= 1: off)")
+    negative_prompt: str | None = Field(None, description="None = the pipeline's default")
+    height: int | None = Field(None, description="None = the dataset's, else the model's")
+    width: int | None = Field(None, description="None = the dataset's, else the model's")
+    num_frames: int | None = Field(None, description="None = the dataset's, else the model's")
+    max_inputs: int | None = Field(None, description="use only the first N inputs (sorted by name)")
+    resize: Literal["pad", "crop"] = Field("pad", description="fit inputs of another aspect: letterbox or crop")
+    split_views: bool = Field(True, description="also write each camera view of a multi-camera layout")
+    sampler: Literal["worldtune", "pipeline"] = Field(
+        "worldtune", description="Predict2.5: worldtune (the pipeline's algorithm, leaner) or the pipeline call")
+    batch_guidance: bool = Field(True, description="both guidance branches in one batch-2 DiT call")
+    compile: bool | None = Field(None, description="regional torch.compile of each block; None = on CUDA")
+    fused_adaln: bool = Field(True, description="adaLN modulation per frame instead of per token")
+    fps: float | None = Field(None, description="fps of the written mp4s (and Predict2's fps input); "
+                              "None = the inputs' (dataset fps / stride), else the model's")
+    layout: dict[str, Any] | None = Field(None, description="camera layout (as in a dataset's info.json) for "
+                                          "folder/JSONL inputs")
+    attention_backend: str | None = Field(None, description="pin SDPA to cudnn, flash, efficient or math")
+    device: str = Field("auto", description="auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu")
+    cond_timestep: float = Field(1e-4, description="timestep of the clean conditioning frames (Predict2.5)")
+    max_sequence_length: int | None = Field(None, description="text tokens; None = the model's")
 
     @model_validator(mode="after")
     def _check(self) -> "GenerateConfig":
@@ -323,9 +348,10 @@ class ReportConfig(Section):
 class CompareConfig(Section):
     """`worldtune compare`: the grid and separate camera views trained, generated and scored side by side."""
 
-    out: str = "demo_out/compare"
-    view_height: int | None = None  # per-view size of the separate branch; None = about the grid's tokens
-    view_width: int | None = None
+    out: str = Field("demo_out/compare", description="folder of both branches and the comparison report")
+    view_height: int | None = Field(None, description="per-view height of the separate branch; None = about the "
+                                    "grid's tokens")
+    view_width: int | None = Field(None, description="per-view width of the separate branch")
 
     @model_validator(mode="after")
     def _check(self) -> "CompareConfig":
@@ -338,7 +364,7 @@ class CompareConfig(Section):
 
 
 class WorldtuneConfig(Section):
-    """A whole config file."""
+    """A whole config file: one section per stage (plus `[model]`, shared by the stages that load it)."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
@@ -403,7 +429,11 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> WorldtuneConfig:
-    """Read a TOML config (or none), apply dotted overrides, validate. Errors name the file and key."""
+    """Read a TOML config (or none), apply dotted overrides, validate.
+
+    An error names where the offending value came from (the file, the command line, or the
+    defaults) and its dotted key; an unknown key gets the closest known one as a suggestion.
+    """
     data: dict[str, Any] = {}
     where = "defaults"
     if path is not None:
@@ -415,30 +445,147 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{p}: not valid TOML ({e})") from None
-    if overrides:
-        data = _merge(data, parse_overrides(overrides))
+    tree = parse_overrides(overrides) if overrides else {}
+    from_file = data
+    data = _merge(data, tree)
     try:
         return WorldtuneConfig.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"{where}: {loc}: {err['msg']}") from None
+        loc = [str(x) for x in err["loc"]]
+        cli = _has_path(tree, loc) and (len(loc) > 1 or not _has_path(from_file, loc))
+        origin = "command line" if cli else where
+        key = ".".join(loc)
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"{origin}: unknown key {key}{_suggestion(loc)}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{origin}: {key}: {msg}" if key else f"{origin}: {msg}") from None
 
 
-def dump_config(cfg: BaseModel) -> str:
-    """The resolved config as TOML (what `--print-config` shows and run folders store)."""
-    return _to_toml(cfg.model_dump(mode="json", exclude_none=True))
+def _has_path(tree: dict[str, Any], loc: list[str]) -> bool:
+    node: Any = tree
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
-def _to_toml(data: dict[str, Any], prefix: str = "") -> str:
+def _suggestion(loc: list[str]) -> str:
+    """"; did you mean `train.steps`?" for a mistyped key, from the fields of the section it was given in."""
+    import difflib
+
+    model: type[BaseModel] = WorldtuneConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(part)
+        sub = field.annotation if field else None
+        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            return ""
+        model = sub
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean `{'.'.join([*loc[:-1], close[0]])}`?"
+    return "; `--print-config` shows every key"
+
+
+# ------------------------------------------------------------------------------ describing and dumping
+def describe_fields(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, description) of every field of a section, nested sections expanded.
+
+    The source of `--help`'s key listing: generic over sections, so a new section or field shows
+    up without touching the CLI.
+    """
+    rows = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}.{name}"
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            rows += describe_fields(sub, key)
+            continue
+        if field.is_required():
+            default = "(required)"
+        else:
+            value = field.get_default(call_default_factory=True)
+            default = "none" if value is None else _inline(_jsonable(value))
+        rows.append((key, _type_name(sub), default, field.description or ""))
+    return rows
+
+
+def _type_name(annotation: Any) -> str:
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return "|".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if annotation is type(None):
+        return "none"
+    if args:
+        return f"{getattr(origin, '__name__', origin)}[{', '.join(_type_name(a) for a in args)}]"
+    if annotation is Ellipsis:
+        return "..."
+    return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))
+
+
+def dump_config(cfg: BaseModel, sections: list[str] | None = None) -> str:
+    """The resolved config as TOML with `[section]` headers (what `--print-config` shows and run folders store).
+
+    Every key is listed; an unset (None) key appears as a comment, since TOML has no null. The text
+    loads back with `load_config` to the same config. A whole `WorldtuneConfig` is dumped section by
+    section (`sections` picks some); any other model is dumped under its own name's section.
+    """
+    lines: list[str] = []
+    if isinstance(cfg, WorldtuneConfig):
+        for name in sections or list(WorldtuneConfig.model_fields):
+            _table(lines, name, getattr(cfg, name))
+    else:
+        owner = next((n for n, f in WorldtuneConfig.model_fields.items() if f.annotation is type(cfg)), None)
+        if owner is None:
+            raise ValueError(f"{type(cfg).__name__} is not a section of WorldtuneConfig")
+        _table(lines, owner, cfg)
+    return "\n".join(lines).strip() + "\n"
+
+
+def _table(lines: list[str], path: str, model: BaseModel) -> None:
+    if lines:
+        lines.append("")
+    lines.append(f"[{path}]")
+    nested = []
+    data = model.model_dump(mode="json")
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            nested.append((name, value))
+        elif data[name] is None and field.get_default(call_default_factory=True) is not None:
+            lines.append(f'{_key(name)} = "none"')  # None chosen over a default: say so explicitly
+        elif data[name] is None:
+            lines.append(f"# {name} = (unset; {_type_name(field.annotation)})")
+        else:
+            lines.append(f"{_key(name)} = {_inline(data[name])}")
+    for name, value in nested:
+        _table(lines, f"{path}.{name}", value)
+
+
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
+
+
+def _key(k: Any) -> str:
+    k = str(k)
+    return k if k and all(c.isalnum() or c in "-_" for c in k) else json.dumps(k)
+
+
+def _inline(value: Any) -> str:
+    """A TOML value on one line (inline tables for dicts; None entries dropped: TOML has no null)."""
     import tomli_w
 
-    return tomli_w.dumps(_stringify_keys(data))
-
-
-def _stringify_keys(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _stringify_keys(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_stringify_keys(v) for v in obj]
-    return obj
+    if isinstance(value, dict):
+        items = [f"{_key(k)} = {_inline(v)}" for k, v in value.items() if v is not None]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_inline(v) for v in value if v is not None) + "]"
+    return tomli_w.dumps({"v": value})[4:].strip()

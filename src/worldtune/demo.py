@@ -35,7 +35,7 @@ def demo_config(out: Path, steps: int) -> WorldtuneConfig:
         "--train.lr", "5e-3", "--train.warmup", "20", "--train.log_every", "10", "--train.val_every", "50",
         "--train.checkpoint.every", "100", "--train.resume", "auto",
         "--generate.inputs", f"{o}/dataset", "--generate.out", f"{o}/generations", "--generate.steps", "12",
-        "--generate.seeds", "[0, 1]",
+        "--generate.seeds", "[0, 1]", "--generate.adapters", f'[{{path = "{o}/runs/lora/export"}}]',
         "--evaluate.runs", f'["{o}/generations"]', "--evaluate.out", f"{o}/eval",
         "--report.eval", f"{o}/eval", "--report.runs", f'["{o}/runs/lora"]', "--report.out", f"{o}/report",
         "--compare.out", f"{o}/compare",
@@ -57,35 +57,9 @@ def _stage(name: str, fn: Callable[[], Any], timings: dict[str, float], notes: d
         timings[name] = time.time() - t0
 
 
-def loss_plot(run: Path) -> Path | None:
-    """The training loss curve of a run folder as a PNG beside it."""
-    import json
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()] if (run / "metrics.jsonl").exists() else []
-    train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
-    val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
-    if not train:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(*zip(*train), label="train loss")
-    if val:
-        ax.plot(*zip(*val), "o-", label="held-out loss (fixed noise)")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("rectified-flow MSE")
-    ax.legend()
-    fig.tight_layout()
-    path = run / "loss.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False) -> dict[str, Any]:
+def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False, only_data: bool = False) -> dict[str, Any]:
+    """`worldtune demo`; with `only_data`, write only the synthetic dataset and the tiny model (the
+    inputs of configs/demo.toml's commands) and stop."""
     from worldtune.cli import _stage as stage_fn
     from worldtune.data.synthetic import write_demo_dataset
     from worldtune.models.load import init_model_dir
@@ -100,13 +74,14 @@ def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False) ->
         _stage("dataset", lambda: write_demo_dataset(root / "lerobot"), timings, notes)
     if not (root / "model" / "model_index.json").exists():
         _stage("model", lambda: init_model_dir("tiny-predict2.5", root / "model"), timings, notes)
+    if only_data:
+        console.print(f"wrote the demo dataset {root / 'lerobot'} and model {root / 'model'}")
+        return {"timings": timings, "notes": notes}
     _stage("prepare", lambda: stage_fn("worldtune.data.prepare")(cfg.prepare), timings, notes)
     _stage("cache", lambda: stage_fn("worldtune.data.cache")(cfg), timings, notes)
     summary = _stage("train", lambda: stage_fn("worldtune.train.trainer")(cfg), timings, notes) or {}
-    plot = loss_plot(Path(cfg.train.out))
+    plot = Path(cfg.train.out) / "loss.png"
     export = summary.get("export")
-    if export:
-        cfg.generate.adapters = [{"path": export, "name": "lora"}]
     _stage("generate", lambda: stage_fn("worldtune.infer.generate")(cfg), timings, notes)
     _stage("evaluate", lambda: stage_fn("worldtune.eval.evaluate")(cfg.evaluate), timings, notes)
     _stage("report", lambda: stage_fn("worldtune.eval.report")(cfg.report), timings, notes)

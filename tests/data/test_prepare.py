@@ -58,7 +58,7 @@ def test_default_grid_counts_and_format(fixture, request, tmp_path):
 def test_sliding_windows_stride_and_separate(v3_root, tmp_path):
     out = tmp_path / "out"
     rep = prep.run(_cfg(v3_root, out, num_frames=5, stride=2, clip_policy="sliding", overlap=1,
-                        layout="separate", val_fraction=0.0), quiet=True)
+                        layout="separate", val_fraction=0.0, prompt_template="plain"), quiet=True)
     need, step = 9, 8  # (5-1)*2+1 source frames; windows start every (5-1)*2 frames
     expect = sum(len(range(0, n - need + 1, step)) for n in LENGTHS)
     assert rep["counts"]["clips"] == expect == rep["counts"]["train_clips"]
@@ -88,7 +88,10 @@ def test_bad_inputs_are_skipped_and_counted(v21_copy, tmp_path):
     write_video(p, read_frames(p), fps=30)
     p = _v21_video(root, WRIST, 4)
     write_video(p, read_frames(p)[:8], fps=15)
-    rep = prep.run(_cfg(root, tmp_path / "out"), quiet=True)
+    with pytest.raises(DatasetError, match="kept 0 clips of 5 episodes .*lower prepare.stride") as e:
+        prep.run(_cfg(root, tmp_path / "out"), quiet=True)  # nothing kept: an error, not a silent empty dataset
+    assert "\n" not in str(e.value)
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())  # the report is still written
     assert rep["counts"]["dropped"] == {"too_short": 1, "missing_camera": 1, "corrupt_video": 1,
                                         "fps_mismatch": 1, "truncated_video": 1}
     assert rep["counts"]["clips"] == 0 and _manifest(tmp_path / "out") == []
@@ -130,7 +133,8 @@ def test_one_line_errors(v3_root, tmp_path):
     with pytest.raises(DatasetError, match="is not a dataset"):
         prep.run(_cfg(tmp_path, tmp_path / "out"), quiet=True)
     with pytest.raises(DatasetError, match="no camera feature wrist=observation.images.nope"):
-        prep.run(_cfg(v3_root, tmp_path / "o2", cameras={"wrist": "observation.images.nope"}, layout="single"), quiet=True)
+        prep.run(_cfg(v3_root, tmp_path / "o2", cameras={"wrist": "observation.images.nope"}, layout="single",
+                      prompt_template="plain"), quiet=True)
     with pytest.raises(ConfigError, match="neither a preset"):
         prep.run(_cfg(v3_root, tmp_path / "o3", prompt_template="no placeholder"), quiet=True)
     prep.run(_cfg(v3_root, tmp_path / "o4", max_episodes=1), quiet=True)

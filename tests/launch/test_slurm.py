@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.errors import ConfigError, LaunchError
+from worldtune.errors import ConfigError, LaunchError, ModelError
 from worldtune.launch.slurm import render, run, write_job
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -54,8 +54,11 @@ def _write_exe(path: Path, text: str) -> Path:
 
 
 def _config(tmp_path: Path) -> Path:
+    (tmp_path / "ds").mkdir(exist_ok=True)
+    (tmp_path / "ds" / "info.json").write_text('{"format": "worldtune.dataset", "version": 1}')
     cfg = tmp_path / "recipe.toml"
-    cfg.write_text(f'[model]\nname = "tiny-predict2.5"\n[train]\nout = "{tmp_path / "run"}"\nsteps = 50\n')
+    cfg.write_text(f'[model]\nname = "tiny-predict2.5"\n[train]\ndataset = "{tmp_path / "ds"}"\n'
+                   f'out = "{tmp_path / "run"}"\nsteps = 50\n')
     return cfg
 
 
@@ -89,6 +92,13 @@ def test_bad_input_fails_before_writing(tmp_path):
         write_job(_config(tmp_path), ["--train.steps", "0"], tmp_path / "job")
     with pytest.raises(LaunchError, match="--nodes 0"):
         write_job(_config(tmp_path), [], tmp_path / "job", nodes=0)
+    # what the job reads is checked here, on the login node, not after hours in the queue
+    with pytest.raises(LaunchError, match="train.dataset=.*nowhere: no prepared dataset"):
+        write_job(_config(tmp_path), ["--train.dataset", str(tmp_path / "nowhere")], tmp_path / "job")
+    with pytest.raises(ModelError, match="model.path=.*no-model: no such directory"):
+        write_job(_config(tmp_path), ["--model.path", str(tmp_path / "no-model")], tmp_path / "job")
+    with pytest.raises(LaunchError, match="real-size model and model.path is not set"):
+        write_job(_config(tmp_path), ["--model.name", "cosmos-predict2.5-2b"], tmp_path / "job")
     assert not (tmp_path / "job" / "job.sbatch").exists()
 
 

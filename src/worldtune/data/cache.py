@@ -115,7 +115,7 @@ def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> d
     """The identity a cache is keyed and checked by."""
     from worldtune.models.load import model_id
 
-    mid = model_id(cfg.model.name, cfg.model.path, cfg.model.seed)
+    mid = model_id(cfg.model.name, cfg.model.path, cfg.model.seed, cfg.model.revision)
     h, w, f = dataset_info["height"], dataset_info["width"], dataset_info["num_frames"]
     return dict(model_id=mid, height=h, width=w, num_frames=f, text_kind=text_kind,
                 max_sequence_length=spec.max_sequence_length,
@@ -160,7 +160,8 @@ def run(cfg) -> dict[str, Any]:
     info, manifest = read_dataset(ccfg.dataset)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if ccfg.device == "auto" else ccfg.device
     pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if device == "cuda" else "fp32",
-                               device=device, seed=cfg.model.seed)
+                               device=device, seed=cfg.model.seed, revision=cfg.model.revision,
+                               random_weights=cfg.model.random_weights)
     encode_row, keys_of, extra = _row_encoder(ccfg.dataset, info, pipe.vae)
     text_kind = resolve_text_kind(ccfg.text, spec.family)
     settings = cache_settings(cfg, info, spec, text_kind)

@@ -64,6 +64,7 @@ PROMPT_PRESETS: dict[str, str] = {
     "gr1": "The robot arm is performing a task. {task}",
     "plain": "{task}",
 }
+GRID_PROMPTS = ("droid_grid",)  # presets that describe a 2x2 grid of cameras
 DROP_REASONS = ("empty_episode", "too_short", "missing_task", "unsuccessful", "unknown_success", "missing_camera",
                 "corrupt_video", "truncated_video", "fps_mismatch", "frame_count_mismatch")
 PROGRESS = ".progress"
@@ -82,6 +83,11 @@ def prompt_template(cfg: PrepareConfig) -> str:
         raise ConfigError(f"prepare.prompt_template {cfg.prompt_template!r} is neither a preset "
                           f"({', '.join(PROMPT_PRESETS)}) nor a text containing {{task}}")
     return t
+
+
+def describes_grid(template: str) -> bool:
+    """True for a prompt preset (by name or text) that describes cameras tiled in a grid."""
+    return template in GRID_PROMPTS or template in (PROMPT_PRESETS[n] for n in GRID_PROMPTS)
 
 
 def clean_task(text: str | None) -> str | None:
@@ -335,6 +341,9 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
     cfg = getattr(cfg, "prepare", cfg)  # accept the whole WorldtuneConfig too
     t0 = time.perf_counter()
     template = prompt_template(cfg)
+    if cfg.layout != "grid" and describes_grid(cfg.prompt_template):
+        raise ConfigError(f"prepare.prompt_template={cfg.prompt_template!r} describes a 2x2 camera grid but "
+                          f"prepare.layout={cfg.layout!r}: set prepare.prompt_template (plain, gr1, or a text with {{task}})")
     if cfg.clip_policy == "sliding" and not 0 <= cfg.overlap < cfg.num_frames:
         raise ConfigError(f"prepare.overlap must be in [0, num_frames), got {cfg.overlap}")
     if cfg.stride < 1:
@@ -344,8 +353,10 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
     ds = LeRobotDataset(cfg.source)
     missing = [f"{r}={k}" for r, k in cfg.cameras.items() if k not in ds.cameras]
     if missing:
+        hint = ("; a plain videos/ + metas/ folder: prepare.cameras = {video = \"video\"}, "
+                "prepare.layout = \"single\"" if ds.version == "plain" else "")
         raise DatasetError(f"{ds.root}: no camera feature {', '.join(missing)}; the dataset has "
-                           f"{', '.join(ds.cameras) or 'none'} (set prepare.cameras)")
+                           f"{', '.join(ds.cameras) or 'none'} (set prepare.cameras{hint})")
     out = Path(cfg.out)
     with OutputLock(out, "prepare"), _stop_on_sigterm():
         _start_output(out, cfg)
@@ -361,6 +372,10 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
                          resumed=len(plan.jobs) - len(todo))
     if not quiet:
         print_summary(report)
+    if report["counts"]["clips"] == 0:
+        if not quiet:
+            print_stride_table(report)
+        raise DatasetError(no_clips_message(report, cfg))
     return report
 
 
@@ -384,6 +399,16 @@ class _stop_on_sigterm:
     def __exit__(self, *exc: object) -> None:
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
+
+
+def no_clips_message(report: dict, cfg: PrepareConfig) -> str:
+    """One line for a run that kept nothing: why, and what to change."""
+    c = report["counts"]
+    why = ", ".join(f"{k} {v}" for k, v in c["dropped"].items()) or "no episodes"
+    return (f"{report['source']}: prepare kept 0 clips of {c['episodes_read']} episodes (dropped: {why}); clips of "
+            f"{cfg.num_frames} frames at stride {cfg.stride} need {report['frames_needed']} source frames and the "
+            f"longest episode has {report['lengths']['max']}: lower prepare.stride or prepare.num_frames "
+            f"(episodes long enough by stride: above and in {Path(cfg.out) / 'report.md'})")
 
 
 def _start_output(out: Path, cfg: PrepareConfig) -> None:
@@ -615,6 +640,19 @@ def _histogram_png(path: Path, lengths: list[int], need: int) -> None:
     fig.savefig(buf, format="png")
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def print_stride_table(report: dict) -> None:
+    """Episodes long enough at each stride: what to choose when too few clips are kept."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"episodes long enough for {report['num_frames']}-frame clips, by stride")
+    for col in ("stride", "frames needed", "episodes long enough"):
+        t.add_column(col, justify="right")
+    for stride, n in report["episodes_kept_by_stride"].items():
+        t.add_row(stride, str((report["num_frames"] - 1) * int(stride) + 1), str(n))
+    Console().print(t)
 
 
 def print_summary(report: dict) -> None:

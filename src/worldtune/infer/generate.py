@@ -152,7 +152,7 @@ def _load_model(cfg: WorldtuneConfig, device: torch.device):
 
     dtype = cfg.model.dtype if device.type == "cuda" else "fp32"
     pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype=dtype, device="cpu", seed=cfg.model.seed,
-                               vae_dtype=dtype)
+                               vae_dtype=dtype, revision=cfg.model.revision, random_weights=cfg.model.random_weights)
     if cfg.generate.transformer:
         pipe.register_modules(transformer=_load_finetuned(cfg.generate.transformer, pipe.transformer, dtype))
     pipe.transformer.to(device)
@@ -189,8 +189,17 @@ def _fingerprint(transformer: torch.nn.Module) -> str:
     return fingerprint(transformer)
 
 
+def adapter_label(path: str | Path) -> str:
+    """The default model label of an adapter: its run's name for a run's `export/` folder (so two
+    runs' adapters never collide), else the folder's (or file's) name."""
+    p = Path(path).resolve()
+    if p.is_file():
+        p = p.parent
+    return _label(p.parent.name if p.name == "export" else p.name)
+
+
 def _check_adapters(g: GenerateConfig, transformer: torch.nn.Module) -> list[AdapterFile]:
-    checked = [check_adapter(a.path, transformer, _label(a.name or Path(a.path).resolve().name), a.scale)
+    checked = [check_adapter(a.path, transformer, _label(a.name) if a.name else adapter_label(a.path), a.scale)
                for a in g.adapters]
     if g.fuse and len(checked) != 1:
         raise GenerationError(f"generate.fuse=true merges one adapter into the base weights, got {len(checked)}; "
@@ -230,7 +239,8 @@ def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.dev
                                   f"per camera); set generate.mode = \"image2world\"")
         ours = True  # the multi-view loop (infer/multiview.py) has no pipeline counterpart
     cuda = device.type == "cuda"
-    return Settings(mode=g.mode, height=height, width=width, num_frames=frames, fps=float(g.fps or spec.fps),
+    fps = float(g.fps or inputs.fps or spec.fps)  # the clips' own rate: real and generated play at one speed
+    return Settings(mode=g.mode, height=height, width=width, num_frames=frames, fps=fps,
                     steps=g.steps, guidance=g.guidance, negative_prompt=neg, cond_latent_frames=g.cond_latent_frames,
                     cond_timestep=g.cond_timestep, resize=g.resize, max_sequence_length=g.max_sequence_length or spec.max_sequence_length,
                     sampler="multiview" if multiview else "worldtune" if ours else "pipeline",
@@ -317,8 +327,8 @@ def _pipeline_call(pipe, spec, s: Settings, frames, prompt_embeds, negative_embe
         kw["image"] = Image.fromarray(frames[0])
     elif frames is not None:
         kw["video"] = [Image.fromarray(f) for f in frames]
-    if spec.family == "predict2":
-        kw["fps"] = int(round(s.fps))
+    if spec.uses_fps:
+        kw["fps"] = s.fps  # what training passed: the clips' frame rate (the pipeline forwards it to the DiT)
     else:
         kw["conditional_frame_timestep"] = s.cond_timestep
         if s.mode == "video2world":
@@ -473,7 +483,7 @@ def _print_plan(inputs: InputSet, mine, variants, jobs, resumed, rank: int, worl
     Console().print(
         f"[bold]generate[/] {len(inputs.items)} inputs from {inputs.source} ({inputs.kind}); process {rank}/{world} "
         f"has {len(mine)}; models: {', '.join(v.label for v in variants)}; {len(jobs)} videos to make, "
-        f"{len(resumed)} already done; {s.mode} {s.width}x{s.height}x{s.num_frames} @ {s.fps:g} fps, "
+        f"{len(resumed)} already done; {s.mode} {s.height}x{s.width}x{s.num_frames} (HxWxF) @ {s.fps:g} fps, "
         f"{s.steps} steps, guidance {s.guidance:g}, {s.sampler} sampler, {s.dtype} on {s.device}")
 
 

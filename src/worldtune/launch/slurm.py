@@ -200,6 +200,22 @@ def _check(nodes: int, gpus_per_node: int, max_retries: int, time: str) -> None:
         raise LaunchError(f"--time {time!r}: use SLURM's format, e.g. 48:00:00 or 2-00:00:00")
 
 
+def check_inputs(cfg) -> None:
+    """The model and the dataset a job will read exist (checked on the login node; the job's working
+    directory is this one, so relative paths mean the same there)."""
+    from worldtune.models.load import check_model_dir, local_model_path, resolve_spec
+
+    m = cfg.model
+    if m.path is not None:
+        check_model_dir(local_model_path(m.path, m.revision))
+    elif not (m.name and Path(m.name).is_dir()) and not resolve_spec(m.name).tiny and not m.random_weights:
+        raise LaunchError(f"model.name={m.name} is a real-size model and model.path is not set: set model.path to its "
+                          f"local diffusers folder (or model.random_weights = true for random weights)")
+    if not (Path(cfg.train.dataset) / "info.json").is_file():
+        raise LaunchError(f"train.dataset={cfg.train.dataset}: no prepared dataset there (no info.json); run "
+                          f"`worldtune prepare` (and `worldtune cache`) before submitting")
+
+
 def write_job(config: str | Path, overrides: list[str], out: str | Path, *, nodes: int = 1, gpus_per_node: int = 8,
               partition: str | None = None, qos: str | None = None, time: str = "48:00:00",
               account: str | None = None, max_retries: int = 5) -> Path:
@@ -209,6 +225,7 @@ def write_job(config: str | Path, overrides: list[str], out: str | Path, *, node
     _check(nodes, gpus_per_node, max_retries, time)
     source = Path(config).resolve()
     cfg = load_config(source, overrides)  # fail here, on the login node, not after hours in the queue
+    check_inputs(cfg)
     out = Path(out).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     copy = out / "config.toml"

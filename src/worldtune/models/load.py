@@ -1,7 +1,8 @@
 """Get a Cosmos model: from a local diffusers directory, or random-initialised from a spec.
 
-A user with real weights points worldtune at a diffusers-format directory and everything loads
-offline through `from_pretrained`. Without weights (every machine of this project), the same
+A user with real weights points worldtune at a diffusers-format directory (or at a hub id whose
+snapshot is already in the local Hugging Face cache) and everything loads offline through
+`from_pretrained(local_files_only=True)`: worldtune never downloads weights. Without weights (every machine of this project), the same
 classes are built from a registry spec; `init_model_dir` writes such a model as a complete
 diffusers directory, so tests and the demo take exactly the path a real user takes.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,34 @@ SIDECAR = "worldtune_model.json"  # written by `model init`: which spec a direct
 DEFAULT_SPEC = "tiny-predict2.5"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _CONFIG_KEYS_IGNORED = ("_class_name", "_diffusers_version", "_name_or_path")
+
+
+def local_model_path(path: str | None, revision: str | None = None) -> str | None:
+    """`model.path` as a folder on this machine: the folder itself, or the snapshot of a hub id
+    (`org/name`, at `revision`) in the local Hugging Face cache. Nothing is downloaded."""
+    if path is None or Path(path).expanduser().is_dir():
+        return None if path is None else str(Path(path).expanduser())
+    hub_like = re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path) is not None
+    if hub_like:
+        from huggingface_hub import snapshot_download
+
+        try:
+            return snapshot_download(path, revision=revision, local_files_only=True)
+        except Exception:  # not cached (LocalEntryNotFoundError), or not a valid repo id / revision
+            pass
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        at = f" at revision {revision}" if revision else ""
+        raise ModelError(f"model.path={path}: no such directory, and no snapshot of the hub model {path}{at} in the "
+                         f"local Hugging Face cache ({HF_HUB_CACHE}): point model.path at a local diffusers folder, "
+                         f"or fetch it first (`hf download {path}`{f' --revision {revision}' if revision else ''})")
+    raise ModelError(f"model.path={path}: no such directory (point it at a local diffusers-format pipeline folder)")
+
+
+def _check_random_allowed(spec: ModelSpec, random_weights: bool) -> None:
+    if not spec.tiny and not random_weights:
+        raise ModelError(f"model.name={spec.name} is a real-size model and model.path is not set: set model.path to "
+                         f"its local diffusers folder (or model.random_weights = true for random weights)")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -70,8 +100,9 @@ def spec_from_dir(path: str | Path) -> ModelSpec:
     return dataclasses.replace(base, name=str(root), transformer={**base.transformer, **tcfg})
 
 
-def resolve_spec(name: str | None = None, path: str | None = None) -> ModelSpec:
+def resolve_spec(name: str | None = None, path: str | None = None, revision: str | None = None) -> ModelSpec:
     """The spec for a (name, path) pair; a path is checked against an explicitly named spec."""
+    path = local_model_path(path, revision)
     if path is None and name is not None and Path(name).is_dir():
         name, path = None, name
     if path is None:
@@ -88,10 +119,13 @@ def resolve_spec(name: str | None = None, path: str | None = None) -> ModelSpec:
 
 
 def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: str = "fp32", device: str = "cpu",
-                  seed: int = 0, vae_dtype: str = "fp32"):
-    """The whole pipeline: from the directory if there is one, else random-initialised from the spec."""
+                  seed: int = 0, vae_dtype: str = "fp32", revision: str | None = None, random_weights: bool = False):
+    """The whole pipeline: from the directory if there is one, else random-initialised from the spec
+    (a real-size spec only with `random_weights`)."""
+    path = local_model_path(path, revision)
     spec = resolve_spec(name, path)
     if path is None and not (name and Path(name).is_dir()):
+        _check_random_allowed(spec, random_weights)
         pipe = build_pipeline(spec, seed=seed)
     else:
         root = path or name
@@ -107,13 +141,16 @@ def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: st
 
 
 def load_transformer(name: str | None = None, path: str | None = None, *, dtype: str = "fp32",
-                     device: str | torch.device = "cpu", seed: int = 0):
+                     device: str | torch.device = "cpu", seed: int = 0, revision: str | None = None,
+                     random_weights: bool = False):
     """Only the DiT (training from caches never needs the VAE or the text encoder)."""
     from diffusers import CosmosTransformer3DModel
 
+    path = local_model_path(path, revision)
     spec = resolve_spec(name, path)
     root = path or (name if name and Path(name).is_dir() else None)
     if root is None:
+        _check_random_allowed(spec, random_weights)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = build_transformer(spec)
@@ -175,12 +212,13 @@ def _safetensors_sample(folder: Path, h) -> None:
                 h.update(t.float().flatten()[:16].numpy().tobytes())
 
 
-def model_id(name: str | None = None, path: str | None = None, seed: int = 0) -> str:
+def model_id(name: str | None = None, path: str | None = None, seed: int = 0, revision: str | None = None) -> str:
     """Identifies the VAE and text encoder of a model, for keying caches without loading it.
 
     For a directory: a hash of its configs and a sample of its weight files. For a random spec:
     the spec name and seed (the same spec and seed always build the same weights).
     """
+    path = local_model_path(path, revision)
     if path is None and not (name and Path(name).is_dir()):
         return f"{resolve_spec(name).name}:seed{seed}"
     root = Path(path or name)

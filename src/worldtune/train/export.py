@@ -48,12 +48,14 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     cfg = WorldtuneConfig.model_validate(ck["state"]["config"])
     if ck["sharded"]:
         return _export_sharded(source, cfg, Path(out))
-    spec = resolve_spec(cfg.model.name, cfg.model.path)
+    spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
     if fuse:
-        pipe, _ = load_pipeline(cfg.model.name, cfg.model.path, seed=cfg.model.seed)
+        pipe, _ = load_pipeline(cfg.model.name, cfg.model.path, seed=cfg.model.seed, revision=cfg.model.revision,
+                                random_weights=cfg.model.random_weights)
         transformer = pipe.transformer
     else:
-        transformer, _ = load_transformer(cfg.model.name, cfg.model.path, seed=cfg.model.seed)
+        transformer, _ = load_transformer(cfg.model.name, cfg.model.path, seed=cfg.model.seed,
+                                          revision=cfg.model.revision, random_weights=cfg.model.random_weights)
     fp = fingerprint(transformer)
     if fp != ck["state"]["base_fingerprint"]:
         raise CheckpointError(f"{source}: the base model at model.path/name is not the one it was trained on")

@@ -25,6 +25,7 @@ import torch.distributed as dist
 import typer
 
 from worldtune.config import WorldtuneConfig, dump_config
+from worldtune.console import duration, is_terminal, plain
 from worldtune.errors import CheckpointError, ConfigError, DatasetError
 from worldtune.train.adapters import (
     adapter_metadata, apply_training_mode, peft_state_dict, trainable_state_dict, unwrap)
@@ -148,7 +149,7 @@ def choose_checkpointing(setting: str, num_blocks: int, device: torch.device,
         budget = 0.80 * (free - reserve_bytes)
         keep = int(min(num_blocks, max(0, budget // per_block_bytes)))
         return list(range(num_blocks - keep))
-    raise ConfigError(f"train.grad_checkpointing={setting!r}: use off, all, every:N, blocks:N or auto")
+    raise ConfigError(f"train.grad_checkpointing={setting!r}: use off, all, selective, every:N, blocks:N or auto")
 
 
 def apply_checkpointing(transformer: torch.nn.Module, blocks: list[int]) -> None:
@@ -188,7 +189,7 @@ def save_consolidated(state: dict[str, torch.Tensor], cfg: WorldtuneConfig, out:
     from worldtune.models.build import build_transformer
     from worldtune.models.load import resolve_spec
 
-    spec = resolve_spec(cfg.model.name, cfg.model.path)
+    spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
     model = build_transformer(spec, device="meta")
     if crossattn_proj is not None:
         state = {**state, **{f"crossattn_proj.{k}": v for k, v in crossattn_proj.state_dict().items()}}
@@ -205,7 +206,7 @@ class Trainer:
         self.cfg, tc = cfg, cfg.train
         self.dist = Dist()
         self.out = Path(tc.out)
-        self.spec = resolve_spec(cfg.model.name, cfg.model.path)
+        self.spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
         self.cache_mode = _cache_available(cfg, self.spec)
         self.cache, self.train_set, self.val_set, self.data_info = _build_data(cfg, self.spec, self.cache_mode)
         if len(self.train_set) == 0:
@@ -221,11 +222,13 @@ class Trainer:
         torch.manual_seed(tc.seed)
         if self.cache_mode:
             self.transformer, _ = load_transformer(cfg.model.name, cfg.model.path, dtype=base_dtype, device=dev,
-                                                   seed=cfg.model.seed)
+                                                   seed=cfg.model.seed, revision=cfg.model.revision,
+                                                   random_weights=cfg.model.random_weights)
             self.pipe = None
         else:
             self.pipe, _ = load_pipeline(cfg.model.name, cfg.model.path, dtype=base_dtype, device=str(dev),
-                                         seed=cfg.model.seed)
+                                         seed=cfg.model.seed, revision=cfg.model.revision,
+                                         random_weights=cfg.model.random_weights)
             self.pipe.text_encoder.requires_grad_(False)
             self.pipe.vae.requires_grad_(False)
             self.transformer = self.pipe.transformer
@@ -285,8 +288,16 @@ class Trainer:
         self.step = 0
         self.fps = self.data_info.get("fps") or self.spec.fps
         self._stop: str | None = None
-        self._tb = None
+        self._trackers = None
+        self._val_steps: set[int] = set()  # steps whose validation row metrics.jsonl already holds
         self.flops_per_sample = self._flops_per_sample()
+        if tc.wandb and self.dist.main:
+            from worldtune.train.trackers import check_wandb
+
+            check_wandb()
+        if tc.warmup >= tc.steps and self.dist.main:
+            plain(f"note: train.warmup={tc.warmup} >= train.steps={tc.steps}: the learning rate never leaves warmup "
+                  f"(it reaches lr x f_max only at the last step); set train.warmup below train.steps")
 
     # ------------------------------------------------------------------ helpers
     def _latent_shape(self) -> tuple[int, int, int]:
@@ -466,9 +477,9 @@ class Trainer:
             if self.pipe is not None:
                 self._val_cache = (self.pipe.vae, self.pipe.scheduler)
             else:
-                from worldtune.models.load import load_pipeline
+                from worldtune.models.load import load_pipeline, local_model_path
 
-                root = self.cfg.model.path or (self.cfg.model.name if self.cfg.model.name and Path(self.cfg.model.name).is_dir() else None)
+                root = local_model_path(self.cfg.model.path, self.cfg.model.revision) or (self.cfg.model.name if self.cfg.model.name and Path(self.cfg.model.name).is_dir() else None)
                 if root is not None:
                     from diffusers import AutoencoderKLWan
 
@@ -478,7 +489,8 @@ class Trainer:
                     sched_cls = type(build_scheduler(self.spec))
                     sched = sched_cls.from_pretrained(root, subfolder="scheduler", local_files_only=True)
                 else:
-                    pipe, _ = load_pipeline(self.cfg.model.name, None, seed=self.cfg.model.seed)
+                    pipe, _ = load_pipeline(self.cfg.model.name, None, seed=self.cfg.model.seed,
+                                             random_weights=self.cfg.model.random_weights)
                     vae, sched = pipe.vae, pipe.scheduler
                 self._val_cache = (vae.to(self.dist.device), sched)
         return self._val_cache
@@ -564,10 +576,39 @@ class Trainer:
             return
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
-        if self._tb is not None:
-            for k, v in row.items():
-                if k != "step" and isinstance(v, (int, float)):
-                    self._tb.add_scalar(k.replace("@", "/"), v, row["step"])
+        if self._trackers is not None:
+            self._trackers.log(row)
+
+    def _log_line(self, row: dict[str, Any], t_loop: float, steps_run: int) -> None:
+        """The plain progress line of a log file (no terminal, so no rich bar): flushed as it happens."""
+        tc = self.cfg.train
+        per_step = (time.time() - t_loop) / max(1, steps_run)
+        plain(f"step {row['step']}/{tc.steps} loss {row['loss']:.4f} lr {row['lr']:.2e} {row['step_time']:.2f} s/step "
+              f"{row['samples_per_s']:.2f} samples/s ETA {duration(per_step * (tc.steps - row['step']))}")
+
+    def _validate_and_log(self) -> dict[str, float]:
+        """Held-out loss and videos at this step, logged once (a rerun of a finished run adds no row)."""
+        val = self.validate()
+        videos = self.validation_videos()
+        self._log({"step": self.step, **val})
+        self._val_steps.add(self.step)
+        if self._trackers is not None:
+            self._trackers.videos(self.step, videos)
+        return val
+
+    def _trim_metrics(self, step: int) -> None:
+        """After a resume from `step`: drop rows logged past it by the interrupted run (they are
+        recomputed), and remember which steps were validated."""
+        path = self.out / "metrics.jsonl"
+        if not self.dist.main or not path.is_file():
+            return
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        kept = [r for r in rows if r.get("step", 0) <= step]
+        if len(kept) != len(rows):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            os.replace(tmp, path)
+        self._val_steps = {r["step"] for r in kept if "val_loss" in r}
 
     def _write_run_json(self, status: str, extra: dict[str, Any] | None = None) -> None:
         if not self.dist.main:
@@ -578,39 +619,52 @@ class Trainer:
                "trainable_params": self.n_trainable, "world_size": self.dist.world,
                "device": str(self.dist.device), "cache": self.cache_mode, "projected_text": self.projected_text,
                "checkpointed_blocks": len(self.ckpt_blocks), "speed": self.speed, "dataset": self.cfg.train.dataset,
-               "lora": self.cfg.train.lora.model_dump() if self.cfg.train.mode != "full" else None,
+               "lora": self._lora_settings(),
                **(extra or {})}
         (self.out / "run.json").write_text(json.dumps(run, indent=1, default=str))
+
+    def _lora_settings(self) -> dict[str, Any] | None:
+        """The adapter settings as trained: alpha resolved (None means alpha = rank)."""
+        if self.cfg.train.mode == "full":
+            return None
+        lora = self.cfg.train.lora
+        return {**lora.model_dump(), "alpha": lora.alpha if lora.alpha is not None else float(lora.rank)}
 
     def fit(self) -> dict[str, Any]:
         tc = self.cfg.train
         self.out.mkdir(parents=True, exist_ok=True)
         source = self.ckpt.resolve(tc.resume)
         if source is not None:
+            before = self._checkpoint_world_size(source)
             self.resume(source)
+            self._trim_metrics(self.step)
+            if self.dist.main:
+                plain(f"resumed from step {self.step} ({source}), world size "
+                      f"{before if before is not None else '?'} -> {self.dist.world}")
         elif self.dist.main and (self.out / "metrics.jsonl").exists() and tc.resume is None:
             if self.ckpt.complete():
                 raise CheckpointError(f"{self.out} already holds checkpoints of a run: pass --train.resume auto to "
                                       f"continue it, or choose another train.out")
             (self.out / "metrics.jsonl").unlink()
         if self.dist.main:
-            (self.out / "config.toml").write_text(dump_config(self.cfg))
-            if tc.tensorboard:
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
+            config_toml = dump_config(self.cfg)
+            (self.out / "config.toml").write_text(config_toml)
+            if tc.tensorboard or tc.wandb:
+                from worldtune.train.trackers import Trackers
 
-                    self._tb = SummaryWriter(str(self.out / "tensorboard"))
-                except ImportError:
-                    self._tb = None
+                self._trackers = Trackers(self.out, self.cfg.model_dump(mode="json"), config_toml,
+                                          tensorboard=tc.tensorboard, wandb=tc.wandb, project=tc.wandb_project)
         self._write_run_json("running", {"resumed_from": str(source) if source else None})
         old = {s: signal.signal(s, self._on_signal) for s in PREEMPT_SIGNALS}
         t_start, first_loss, last_loss, val = time.time(), None, None, {}
+        lines = self.dist.main and not is_terminal()  # a log file: plain lines instead of a bar
+        start_step = self.step
         try:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
             cols = [TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                     TextColumn("{task.fields[info]}"), TimeRemainingColumn()]
-            with Progress(*cols, disable=not self.dist.main, transient=False) as bar:
+            with Progress(*cols, disable=not self.dist.main or lines, transient=False) as bar:
                 task = bar.add_task("train", total=tc.steps, completed=self.step, info="")
                 while self.step < tc.steps:
                     row = self.train_step()
@@ -618,10 +672,10 @@ class Trainer:
                     last_loss = row["loss"]
                     if self.step % tc.log_every == 0 or self.step == tc.steps:
                         self._log(row)
-                    if tc.val_every and self.step % tc.val_every == 0:
-                        val = self.validate()
-                        self.validation_videos()
-                        self._log({"step": self.step, **val})
+                        if lines:
+                            self._log_line(row, t_start, self.step - start_step)
+                    if tc.val_every and self.step % tc.val_every == 0 and self.step < tc.steps:
+                        val = self._validate_and_log()
                     info = f"loss {row['loss']:.4f} lr {row['lr']:.2e} {row['step_time']:.2f}s/step"
                     if "mfu" in row:
                         info += f" MFU {row['mfu']:.0%}"
@@ -633,21 +687,34 @@ class Trainer:
                         self.save()
                         self._write_run_json("preempted", {"signal": self._stop})
                         raise typer.Exit(REQUEUE_EXIT_CODE)
-            val = self.validate()
-            videos = self.validation_videos()
-            self._log({"step": self.step, **val})
+            if self.step in self._val_steps:  # a rerun of a finished run: its last validation is logged already
+                val = self._logged_validation(self.step)
+            else:
+                val = self._validate_and_log()
+            videos = sorted((self.out / "val" / f"step-{self.step:08d}").glob("*.mp4"))
             final = self.save()
             export = self.export()
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            if self._tb is not None:
-                self._tb.close()
+            if self._trackers is not None:
+                self._trackers.close()
         summary = {"run": str(self.out), "steps": self.step, "first_loss": first_loss, "last_loss": last_loss,
                    **val, "val_videos": len(videos), "checkpoint": str(final) if final else None, "export": str(export) if export else None,
                    "seconds": round(time.time() - t_start, 1), "trainable_params": self.n_trainable}
         self._write_run_json("done", {"summary": summary})
         return summary
+
+    def _logged_validation(self, step: int) -> dict[str, float]:
+        rows = [json.loads(x) for x in (self.out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        row = next(r for r in reversed(rows) if r.get("step") == step and "val_loss" in r)
+        return {k: v for k, v in row.items() if k.startswith("val_loss")}
+
+    def _checkpoint_world_size(self, source: Path) -> int | None:
+        try:
+            return json.loads((Path(source) / "state.json").read_text()).get("world_size")
+        except (OSError, ValueError):
+            return None
 
     def export(self) -> Path | None:
         """Diffusers files beside the run: LoRA weights with metadata, or a transformer folder.
@@ -696,6 +763,9 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     trainer = Trainer(cfg)
     summary = trainer.fit()
     if trainer.dist.main:
+        from worldtune.train.curves import loss_plot
+
+        loss_plot(trainer.out)
         table = Table(title=f"worldtune train: {cfg.train.mode} on {trainer.spec.name}")
         table.add_column("item")
         table.add_column("value")
