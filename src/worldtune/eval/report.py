@@ -27,6 +27,9 @@ from worldtune.errors import EvaluationError
 
 PLAYABLE = {"h264": ".mp4", "vp9": ".webm", "av1": ".webm"}
 METRIC_TITLES = {"sampson_temporal": "Sampson error, temporal (px)", "sampson_crossview": "Sampson error, cross-view (px)",
+                 "psnr": "PSNR vs real (dB)", "ssim": "SSIM vs real", "dynamic_psnr": "dynamic PSNR vs real (dB)",
+                 "motion_iou_spatial": "motion-mask IoU, spatial", "motion_iou_spatiotemporal": "motion-mask IoU, spatiotemporal",
+                 "warp_error": "flow-warping error (0-255)",
                  "judge_physics": "Judge: physical plausibility (1-5)", "judge_instruction": "Judge: instruction following (1-5)"}
 
 
@@ -207,6 +210,7 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1400px;
 padding:0 1em;color:#222}
 h1{margin-bottom:0}.sub{color:#666;margin-top:.2em}
+td.best{font-weight:600;background:#e8f5e9}
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.35em .7em;text-align:right}
 th:first-child,td:first-child{text-align:left}tr.ref td{color:#666;font-style:italic}
 .note{background:#fff6d6;border:1px solid #e7c450;padding:.6em 1em;border-radius:4px;margin:1em 0}
@@ -224,10 +228,31 @@ def _metrics_table_html(results: dict[str, Any]) -> str:
     head = "".join(f"<th>{html.escape(m)} {'↓' if m in lower else '↑'}</th>" for m in metrics)
     body = []
     for label, s in results["models"].items():
-        cells = "".join(f"<td>{_fmt(s.get(m))}</td>" for m in metrics)
+        best = set(s.get("best", []))
+        cells = "".join(f"<td{' class=best' if m in best else ''}>{_fmt(s.get(m))}</td>" for m in metrics)
         name = html.escape(label) + (" (reference)" if s.get("reference") else "")
         body.append(f"<tr class='{'ref' if s.get('reference') else ''}'><td>{name}</td><td>{s['videos']}</td>{cells}</tr>")
-    return f"<table><tr><th>model</th><th>videos</th>{head}</tr>{''.join(body)}</table>"
+    table = f"<table><tr><th>model</th><th>videos</th>{head}</tr>{''.join(body)}</table>"
+    deltas = []
+    for label, s in results["models"].items():
+        if "vs_base" in s:
+            cells = "".join(f"<td title='{html.escape(s['vs_base'][m].get('reason') or '')}'>{html.escape(delta_text(s['vs_base'][m]))}</td>"
+                            for m in metrics)
+            deltas.append(f"<tr><td>{html.escape(label)} − base</td>{cells}</tr>")
+    if deltas:
+        table += (f"<h3>Paired difference to the base model</h3><p>mean over the same (input, seed) pairs, "
+                  f"[95 % CI over inputs], win rate, n pairs; hover an empty cell for the reason</p>"
+                  f"<table><tr><th>model</th>{head}</tr>{''.join(deltas)}</table>")
+    return table
+
+
+def delta_text(d: dict[str, Any]) -> str:
+    """'+0.12 [−0.05, +0.30] win 63 % n=8', or '— (reason)'."""
+    if d.get("mean") is None:
+        return f"— ({d.get('reason') or 'no data'})"
+    ci = f" [{d['ci_low']:+.3g}, {d['ci_high']:+.3g}]" if d.get("ci_low") is not None else ""
+    win = f" win {100 * d['win_rate']:.0f} %" if d.get("win_rate") is not None else ""
+    return f"{d['mean']:+.3g}{ci}{win} n={d['n_pairs']}"
 
 
 def _judge_note(results: dict[str, Any]) -> str:
@@ -356,6 +381,13 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
         name = label + (" (reference)" if s.get("reference") else "")
         lines.append(f"| {name} | {s['videos']} | " + " | ".join(_fmt(s.get(m)) for m in metrics) + " |")
     lines += ["", "mean ± std over videos; Sampson error in pixels (a video's value is its median over frame pairs).", ""]
+    deltas = [(label, s["vs_base"]) for label, s in results["models"].items() if "vs_base" in s]
+    if deltas:
+        lines += ["## Paired difference to the base model", "",
+                  "mean over the same (input, seed) pairs, [95 % CI over inputs], win rate, n pairs", "",
+                  "| model | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
+        lines += [f"| {label} − base | " + " | ".join(delta_text(d[m]) for m in metrics) + " |" for label, d in deltas]
+        lines.append("")
     for m, p in plots.items():
         if p:
             lines.append(f"![{m}](assets/{p.name})")
