@@ -82,16 +82,10 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
 
 def _export_sharded(source: Path, cfg, out: Path) -> Path:
     """Consolidate an FSDP (torch.distributed.checkpoint) checkpoint into a diffusers transformer folder."""
-    import tempfile
-
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
+    from worldtune.train.dcp_reader import load_full
     from worldtune.train.trainer import save_consolidated
 
-    with tempfile.TemporaryDirectory() as tmp:
-        flat = Path(tmp) / "full.pt"
-        dcp_to_torch_save(str(source / "dcp"), str(flat))
-        state = torch.load(flat, map_location="cpu", weights_only=True)["model"]
+    state = load_full(source / "dcp")["model"]
     result = save_consolidated(state, cfg, out / "transformer")
     print(f"consolidated sharded checkpoint {source} into {result}")
     return result
