@@ -95,10 +95,18 @@ class _SafeEmptyPlanner(_SafeBytes, _EmptyStateDictLoadPlanner):
     """Builds the state dict from the metadata (for offline consolidation), without unsafe unpickling."""
 
 
+def safe_reader(dcp_dir: str | Path) -> SafeReader:
+    """A reader for `dcp_dir` whose metadata was already read once here, so that a refusal is our
+    one-line error (inside `dcp.load` it would come back wrapped in PyTorch's multi-rank report)."""
+    reader = SafeReader(str(dcp_dir))
+    reader.read_metadata()
+    return reader
+
+
 def load_full(dcp_dir: str | Path) -> dict[str, Any]:
     """The whole state dict of a sharded checkpoint, on CPU, in this one process."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict  # as dcp_to_torch_save does
 
     state: dict[str, Any] = {}
-    _load_state_dict(state, storage_reader=SafeReader(str(dcp_dir)), planner=_SafeEmptyPlanner(), no_dist=True)
+    _load_state_dict(state, storage_reader=safe_reader(dcp_dir), planner=_SafeEmptyPlanner(), no_dist=True)
     return state

@@ -555,9 +555,9 @@ class Trainer:
                                   f"`worldtune export` it to a consolidated transformer first")
         msd, osd = get_state_dict(self.transformer, self.optimizer)
         state = {"model": msd, "optim": osd}
-        from worldtune.train.dcp_reader import SafeLoadPlanner, SafeReader
+        from worldtune.train.dcp_reader import SafeLoadPlanner, safe_reader
 
-        dcp.load(state, checkpoint_id=str(source / "dcp"), storage_reader=SafeReader(str(source / "dcp")),
+        dcp.load(state, checkpoint_id=str(source / "dcp"), storage_reader=safe_reader(source / "dcp"),
                  planner=SafeLoadPlanner())
         set_state_dict(self.transformer, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
