@@ -35,12 +35,14 @@ def _resume(tiny_model_dir, cached_dataset, run: Path, *extra: str) -> dict:
                              *extra)).fit()
 
 
-@pytest.mark.parametrize("damage", ["complete_without_weights", "cut_state_json"])
+@pytest.mark.parametrize("damage", ["killed_before_checkpoint", "complete_without_weights", "cut_state_json"])
 def test_damaged_newest_checkpoint_falls_back_and_metrics_do_not_repeat(damage, run2, tiny_model_dir,
                                                                         cached_dataset, tmp_path):
     run = Path(shutil.copytree(run2, tmp_path / "run"))
     newest = run / "checkpoints" / "step-00000002"
-    if damage == "complete_without_weights":  # what a kill during the old same-step re-save left
+    if damage == "killed_before_checkpoint":  # step 2 was logged, then the run died before its checkpoint
+        shutil.rmtree(newest)
+    elif damage == "complete_without_weights":  # what a kill during the old same-step re-save left
         (newest / "trainable.safetensors").unlink()
     else:
         text = (newest / "state.json").read_text()
