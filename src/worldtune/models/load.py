@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from worldtune.atomic import atomic_write_json
 from worldtune.errors import ModelError
 from worldtune.models.build import NoOpSafetyChecker, build_pipeline, build_transformer, pipeline_class
 from worldtune.models.registry import PIPELINE_TO_FAMILY, SPECS, ModelSpec, get_spec
@@ -136,7 +137,7 @@ def init_model_dir(name: str, out: str | Path, seed: int = 0) -> Path:
         raise ModelError(f"{out} already holds a model: choose another directory or delete it")
     pipe = build_pipeline(spec, seed=seed)
     pipe.save_pretrained(out, safe_serialization=True)
-    (out / SIDECAR).write_text(json.dumps({"spec": name, "seed": seed}, indent=1))
+    atomic_write_json(out / SIDECAR, {"spec": name, "seed": seed})
     print(f"wrote {spec.name} ({spec.pipeline_class}) to {out}")
     return out
 
