@@ -23,13 +23,13 @@ Folders under `compare.out` (each stage's own documented format, each resumable 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
 
+from worldtune.atomic import atomic_write_json
 from worldtune.config import WorldtuneConfig
 
 BRANCHES = ("grid", "separate")
@@ -108,8 +108,8 @@ def print_summary(branches: dict[str, WorldtuneConfig], summaries: dict[str, dic
         table.add_row(layout, size, str(tokens_per_frame(c)), str(s.get("steps", "-")), f("first_loss"), f("last_loss"),
                       f("val_loss"), str(s.get("seconds", "-")))
     console.print(table)
-    (root / "compare.json").write_text(json.dumps(
-        {"branches": {k: {"layout": k, "height": c.prepare.height, "width": c.prepare.width,
-                          "tokens_per_latent_frame": tokens_per_frame(c), "train": summaries.get(k)}
-                      for k, c in branches.items()}}, indent=1, default=str))
+    atomic_write_json(root / "compare.json",
+                      {"branches": {k: {"layout": k, "height": c.prepare.height, "width": c.prepare.width,
+                                        "tokens_per_latent_frame": tokens_per_frame(c), "train": summaries.get(k)}
+                                    for k, c in branches.items()}}, default=str)
     console.print(f"report: {root / 'report' / 'report.html'}")

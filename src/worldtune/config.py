@@ -226,6 +226,15 @@ class TrainConfig(Section):
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be > 0")
         return self
 
+    @field_validator("lr", "weight_decay")
+    @classmethod
+    def _finite_rate(cls, v: float, info) -> float:
+        """A negative or infinite rate would reach the optimizer and fail there (or train backwards)."""
+        if not (0 <= v < float("inf")) or (info.field_name == "lr" and v == 0):
+            raise ValueError(f"train.{info.field_name} must be a finite number "
+                             f"{'> 0' if info.field_name == 'lr' else '>= 0'}, got {v}")
+        return v
+
 
 # -------------------------------------------------------------------------------------- generate
 class AdapterSpec(Section):

@@ -68,3 +68,6 @@ def one_line_error(p: subprocess.CompletedProcess) -> str:
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1, p.stderr[-2000:]
     return lines[0]
+
+
+from tests.infer.conftest import adapter_dir, tiny_pipe  # noqa: E402,F401  (shared fixtures)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from worldtune.atomic import atomic_write_bytes, atomic_write_json, remove_stale_temps
 from worldtune.errors import DatasetError
+from worldtune.lock import OutputLock
 
 FORMAT, VERSION = "worldtune.cache", 1
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -40,13 +41,10 @@ def cache_key(model_id: str, height: int, width: int, num_frames: int, text_kind
 
 
 def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
-    from safetensors.torch import save_file
+    """A safetensors shard, atomically (serialised in memory, then written by the atomic writer)."""
+    from safetensors.torch import save
 
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_bytes(path, save({k: v.contiguous().cpu() for k, v in tensors.items()}, metadata=metadata))
 
 
 class LatentCache:
@@ -115,7 +113,8 @@ def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> d
     """The identity a cache is keyed and checked by."""
     from worldtune.models.load import model_id
 
-    mid = model_id(cfg.model.name, cfg.model.path, cfg.model.seed, cfg.model.revision)
+    mid = model_id(cfg.model.name, cfg.model.path, cfg.model.seed, cfg.model.revision,
+                   text_projection=text_kind == "projected")
     h, w, f = dataset_info["height"], dataset_info["width"], dataset_info["num_frames"]
     return dict(model_id=mid, height=h, width=w, num_frames=f, text_kind=text_kind,
                 max_sequence_length=spec.max_sequence_length,
@@ -166,39 +165,40 @@ def run(cfg) -> dict[str, Any]:
     text_kind = resolve_text_kind(ccfg.text, spec.family)
     settings = cache_settings(cfg, info, spec, text_kind)
     out = Path(ccfg.out) if ccfg.out else default_cache_dir(ccfg.dataset, settings["key"])
-    out.mkdir(parents=True, exist_ok=True)
-    info_out = {"format": FORMAT, "version": VERSION, **settings, "dtype": ccfg.dtype,
-                "dataset": str(Path(ccfg.dataset).resolve()), "family": spec.family, **extra}
-    if (out / "info.json").is_file():
-        LatentCache(out).check({k: info_out[k] for k in ("key", "model_id", "text_kind", "dtype")})
-    else:
-        (out / "info.json").write_text(json.dumps(info_out, indent=1))
-    cache = LatentCache(out)
-    store = DTYPES[ccfg.dtype]
-    todo = [r for r in manifest if not all(k(r) in cache.clip_ids for k in keys_of)]
-    failed: list[str] = []
-    shard = len(list(out.glob("latents-*.safetensors")))
-    for start in track(range(0, len(todo), ccfg.batch_size), description="VAE latents", transient=True):
-        tensors = {}
-        for row in todo[start:start + ccfg.batch_size]:
-            try:
-                tensors.update({k: v.to(store) for k, v in encode_row(row).items()})
-            except DatasetError as e:
-                failed.append(f"{row['clip_id']}: {e}")
-        if tensors:
-            _atomic_save(tensors, out / f"latents-{shard:06d}.safetensors")
-            shard += 1
-    prompts = sorted({r["prompt"] for r in manifest} | {""})
-    todo_p = [p for p in prompts if prompt_key(p) not in cache.prompt_keys]
-    tshard = len(list(out.glob("text-*.safetensors")))
-    for start in track(range(0, len(todo_p), ccfg.batch_size), description="text embeddings", transient=True):
-        batch = todo_p[start:start + ccfg.batch_size]
-        emb = encode_prompts(pipe, spec, batch, text_kind)
-        _atomic_save({prompt_key(p): e.to(store) for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
-        tshard += 1
-    summary = {"cache": str(out), "clips": len(manifest), "views": ",".join(extra.get("views", [])) or "packed",
-               "encoded": len(todo) - len(failed), "already": len(manifest) - len(todo), "failed": len(failed),
-               "prompts": len(prompts), "new_prompts": len(todo_p), "text_kind": text_kind, "device": device}
+    with OutputLock(out, "cache"):  # one live run per cache folder
+        remove_stale_temps(out)
+        info_out = {"format": FORMAT, "version": VERSION, **settings, "dtype": ccfg.dtype,
+                    "dataset": str(Path(ccfg.dataset).resolve()), "family": spec.family, **extra}
+        if (out / "info.json").is_file():
+            LatentCache(out).check({k: info_out[k] for k in ("key", "model_id", "text_kind", "dtype")})
+        else:
+            atomic_write_json(out / "info.json", info_out)
+        cache = LatentCache(out)
+        store = DTYPES[ccfg.dtype]
+        todo = [r for r in manifest if not all(k(r) in cache.clip_ids for k in keys_of)]
+        failed: list[str] = []
+        shard = len(list(out.glob("latents-*.safetensors")))
+        for start in track(range(0, len(todo), ccfg.batch_size), description="VAE latents", transient=True):
+            tensors = {}
+            for row in todo[start:start + ccfg.batch_size]:
+                try:
+                    tensors.update({k: v.to(store) for k, v in encode_row(row).items()})
+                except DatasetError as e:
+                    failed.append(f"{row['clip_id']}: {e}")
+            if tensors:
+                _atomic_save(tensors, out / f"latents-{shard:06d}.safetensors")
+                shard += 1
+        prompts = sorted({r["prompt"] for r in manifest} | {""})
+        todo_p = [p for p in prompts if prompt_key(p) not in cache.prompt_keys]
+        tshard = len(list(out.glob("text-*.safetensors")))
+        for start in track(range(0, len(todo_p), ccfg.batch_size), description="text embeddings", transient=True):
+            batch = todo_p[start:start + ccfg.batch_size]
+            emb = encode_prompts(pipe, spec, batch, text_kind)
+            _atomic_save({prompt_key(p): e.to(store) for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
+            tshard += 1
+        summary = {"cache": str(out), "clips": len(manifest), "views": ",".join(extra.get("views", [])) or "packed",
+                   "encoded": len(todo) - len(failed), "already": len(manifest) - len(todo), "failed": len(failed),
+                   "prompts": len(prompts), "new_prompts": len(todo_p), "text_kind": text_kind, "device": device}
     table = Table(title="worldtune cache")
     table.add_column("item")
     table.add_column("value")

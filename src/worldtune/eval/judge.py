@@ -11,12 +11,19 @@ without one scores None, is excluded from averages, and is counted as a parse fa
 are cached in a JSON-lines file keyed by (video content hash, rubric and its text, model, fps,
 input mode), so a rerun only asks what it has not asked before. Only the standard library is
 used for HTTP (urllib), so the judge has no dependency beyond worldtune's own.
+
+A reply that is cut short, garbled or not HTTP at all is retried like a dropped connection and,
+when retries run out, is that video's `error` (counted), never a crash that loses finished
+scores. A circuit breaker stops asking after `max_consecutive_failures` requests in a row have
+failed (the server is down): the remaining videos are marked `error` at once instead of each
+waiting through its timeouts and retries.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import random
 import socket
@@ -32,6 +39,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
+from worldtune.atomic import append_jsonl, read_jsonl
 from worldtune.errors import EvaluationError
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -185,6 +193,8 @@ class ChatClient:
                     raise EndpointError(f"{last}: {detail} (check judge_model and the server's video support)") from None
             except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as e:
                 last = f"cannot reach {url} ({getattr(e, 'reason', e)})"
+            except (http.client.HTTPException, OSError) as e:  # a reply cut mid-body, or not HTTP at all
+                last = f"broken reply from {url} ({type(e).__name__})"
             except (json.JSONDecodeError, KeyError, IndexError, TypeError, UnicodeDecodeError) as e:
                 last = f"malformed reply from {url} ({type(e).__name__})"
         raise EndpointError(f"{last} after {self.retries + 1} attempts: is the judge server up (see docs/eval.md)?")
@@ -201,13 +211,10 @@ class JudgeCache:
         self.path = Path(path) if path else None
         self._lock = threading.Lock()
         self._rows: dict[str, dict[str, Any]] = {}
-        if self.path and self.path.is_file():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
+        if self.path:
+            for row in read_jsonl(self.path):
+                if isinstance(row, dict) and "key" in row:
                     self._rows[row["key"]] = row
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue
 
     @staticmethod
     def key(video_hash: str, rubric: Rubric, model: str, fps: float, mode: str) -> str:
@@ -222,9 +229,7 @@ class JudgeCache:
         with self._lock:
             self._rows[key] = row
             if self.path:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
+                append_jsonl(self.path, row)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -278,12 +283,26 @@ class Judge:
     cache_path: str | Path | None = None
     api_key: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"mm_processor_kwargs": {"fps": 16}}
+    max_consecutive_failures: int = 3  # the breaker: this many failed requests in a row = the server is down
 
     def __post_init__(self) -> None:
         self._rubrics = [r if isinstance(r, Rubric) else load_rubric(r) for r in self.rubrics]
         self.client = ChatClient(self.endpoint, timeout=self.timeout, retries=self.retries,
                                  backoff=self.backoff, api_key=self.api_key)
         self.cache = JudgeCache(self.cache_path)
+        self._failures = 0  # consecutive failed requests, across threads
+        self._down: str | None = None  # why the breaker opened
+        self._state = threading.Lock()
+
+    def _record(self, error: str | None) -> None:
+        with self._state:
+            if error is None:
+                self._failures = 0
+                return
+            self._failures += 1
+            if self._failures >= max(1, self.max_consecutive_failures) and self._down is None:
+                self._down = (f"judge stopped after {self._failures} failed requests in a row (last: {error}); "
+                              "start the server and rerun: finished scores are cached")
 
     @property
     def rubric_list(self) -> list[Rubric]:
@@ -318,6 +337,9 @@ class Judge:
                 out.append(JudgeResult(item.id, rubric.name, score, hit.get("text"),
                                        status="cached" if score is not None else "parse_failed"))
                 continue
+            if self._down is not None:
+                out.append(JudgeResult(item.id, rubric.name, None, status="error", error=self._down))
+                continue
             try:
                 if content is None:
                     content = video_content(item.video, self.fps, self.input, self.max_images)
@@ -326,8 +348,10 @@ class Judge:
                 out.append(JudgeResult(item.id, rubric.name, None, status="error", error=str(e)))
                 continue
             except EndpointError as e:
+                self._record(str(e))
                 out.append(JudgeResult(item.id, rubric.name, None, status="error", error=str(e)))
                 continue
+            self._record(None)
             score = parse_score(text, rubric.scale)
             self.cache.put(key, {"video_hash": vhash, "rubric": rubric.name, "rubric_digest": rubric.digest,
                                  "model": self.model, "fps": self.fps, "input": self.input, "text": text})

@@ -6,7 +6,9 @@ writes): `pytorch_lora_weights.safetensors` with keys `transformer.<module>.lora
 in the file header. Every adapter is checked BEFORE anything is generated: its keys must name
 Linear modules of this transformer and its shapes must fit them, so an adapter trained on another
 base model (other hidden size, other depth) is a one-line error instead of a crash or, worse, a
-silently half-applied adapter. Several adapters are loaded side by side under their names, so a
+silently half-applied adapter. Shapes alone cannot tell Predict2 from Predict2.5 (they share
+module names and sizes), so the family `worldtune export` records in `worldtune_adapter.json`
+is checked too when the folder has one. Several adapters are loaded side by side under their names, so a
 run compares them (and the base model) without reloading anything.
 """
 
@@ -20,6 +22,7 @@ import torch
 from worldtune.errors import GenerationError
 
 WEIGHTS = "pytorch_lora_weights.safetensors"
+SIDECAR = "worldtune_adapter.json"
 _SUFFIXES = (".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector", ".lora_B.bias")
 
 
@@ -46,11 +49,32 @@ def adapter_file(path: str | Path) -> Path:
     return f
 
 
-def check_adapter(path: str | Path, transformer: torch.nn.Module, name: str, scale: float = 1.0) -> AdapterFile:
-    """Read only the header (keys and shapes) and check it fits `transformer`; raise GenerationError if not."""
+def check_family(weights: Path, family: str) -> None:
+    """Refuse an adapter whose `worldtune_adapter.json` names another model family than the base's."""
+    import json
+
+    side = weights.parent / SIDECAR
+    if not side.is_file():
+        return  # an adapter from elsewhere (diffusers' own export): the shape check is all we have
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+        trained_on = meta.get("family")
+    except (OSError, ValueError, AttributeError) as e:
+        raise GenerationError(f"adapter {side}: cannot be read ({type(e).__name__}); re-export the adapter") from None
+    if trained_on and trained_on != family:
+        raise GenerationError(f"adapter {weights.parent}: trained on a {trained_on} model ({meta.get('base_model')}) "
+                              f"but the base model is {family}; use an adapter trained on this model family")
+
+
+def check_adapter(path: str | Path, transformer: torch.nn.Module, name: str, scale: float = 1.0,
+                  family: str | None = None) -> AdapterFile:
+    """Read only the header (keys and shapes) and check it fits `transformer` (and `family`, when
+    the adapter records one); raise GenerationError if not."""
     from safetensors import safe_open
 
     f = adapter_file(path)
+    if family is not None:
+        check_family(f, family)
     try:
         with safe_open(str(f), framework="pt") as sf:
             shapes = {k: tuple(sf.get_slice(k).get_shape()) for k in sf.keys()}

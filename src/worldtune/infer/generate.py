@@ -40,6 +40,8 @@ from worldtune.infer.multiview import check_adapters_for_views, denoise_views, m
 from worldtune.infer.prompts import PromptEmbeddings
 from worldtune.infer.sharding import process_index, shard
 from worldtune.infer.views import layout_roles, split_views
+from worldtune.lock import OutputLock
+from worldtune.names import safe_name
 
 BASE_LABEL = "base"
 SPEED_SETTINGS = ("sampler", "batch_guidance", "compile", "fused_adaln", "device")  # recorded, not in the hash
@@ -106,35 +108,35 @@ def run(cfg: WorldtuneConfig) -> Path:
     roles = separate_roles(layout)  # camera views kept separate: the multi-view model
     if roles and spec.family != "predict2.5":
         raise GenerationError(f"{spec.name}: multi-view generation (separate-views inputs) needs a Cosmos-Predict2.5 model")
-    adapters = _check_adapters(g, pipe.transformer)  # before anything is generated
+    adapters = _check_adapters(g, pipe.transformer, spec.family)  # before anything is generated
     check_adapters_for_views(adapters, roles)
     variants = _variants(g, adapters)
     settings = _settings(g, spec, inputs, pipe, device, multiview=bool(roles))
     base_fp = _fingerprint(pipe.transformer)
 
     out = Path(g.out)
-    out.mkdir(parents=True, exist_ok=True)
-    records.write_info(out, layout, settings.fps,
-                       str(Path(inputs.source).resolve()) if inputs.kind == "dataset" else None)
-    records.start_rank(out, rank)
-    done = records.all_rows(out)
-    jobs, resumed = _plan(out, g, variants, mine, settings, base_fp, done, cfg)
+    with OutputLock(out, "generate", name=f".worldtune-rank{rank}.lock"):  # one live run per folder and rank
+        records.write_info(out, layout, settings.fps,
+                           str(Path(inputs.source).resolve()) if inputs.kind == "dataset" else None)
+        records.start_rank(out, rank)
+        done = records.all_rows(out)
+        jobs, resumed = _plan(out, g, variants, mine, settings, base_fp, done, cfg)
 
-    _print_plan(inputs, mine, variants, jobs, resumed, rank, world, settings)
-    stats: dict[str, Counter] = {v.label: Counter() for v in variants}
-    for job in resumed:
-        stats[job.variant.label]["resumed"] += 1
-    if jobs:
-        embeds = PromptEmbeddings(pipe, settings.max_sequence_length)
-        embeds.encode_all([j.item.prompt for j in jobs] + ([settings.negative_prompt] if settings.guidance > 1 else []),
-                          device)
-        if adapters:
-            load_adapters(pipe.transformer, adapters)
-        _speed_up(pipe.transformer, g, settings)
-        _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views or roles else None,
-                      base_fp, cfg, stats, bool(adapters))
-    if records.finish_rank(out, rank, world):
-        print(f"merged rows into {out / records.MERGED}")
+        _print_plan(inputs, mine, variants, jobs, resumed, rank, world, settings)
+        stats: dict[str, Counter] = {v.label: Counter() for v in variants}
+        for job in resumed:
+            stats[job.variant.label]["resumed"] += 1
+        if jobs:
+            embeds = PromptEmbeddings(pipe, settings.max_sequence_length)
+            embeds.encode_all([j.item.prompt for j in jobs] + ([settings.negative_prompt] if settings.guidance > 1 else []),
+                              device)
+            if adapters:
+                load_adapters(pipe.transformer, adapters)
+            _speed_up(pipe.transformer, g, settings)
+            _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views or roles else None,
+                          base_fp, cfg, stats, bool(adapters))
+        if records.finish_rank(out, rank, world):
+            print(f"merged rows into {out / records.MERGED}")
     _print_summary(stats, inputs.skipped, out)
     return out
 
@@ -198,8 +200,8 @@ def adapter_label(path: str | Path) -> str:
     return _label(p.parent.name if p.name == "export" else p.name)
 
 
-def _check_adapters(g: GenerateConfig, transformer: torch.nn.Module) -> list[AdapterFile]:
-    checked = [check_adapter(a.path, transformer, _label(a.name) if a.name else adapter_label(a.path), a.scale)
+def _check_adapters(g: GenerateConfig, transformer: torch.nn.Module, family: str) -> list[AdapterFile]:
+    checked = [check_adapter(a.path, transformer, _label(a.name) if a.name else adapter_label(a.path), a.scale, family)
                for a in g.adapters]
     if g.fuse and len(checked) != 1:
         raise GenerationError(f"generate.fuse=true merges one adapter into the base weights, got {len(checked)}; "
@@ -210,7 +212,7 @@ def _check_adapters(g: GenerateConfig, transformer: torch.nn.Module) -> list[Ada
 
 
 def _label(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text).strip("._") or "adapter"
+    return safe_name(text, fallback="adapter")
 
 
 def _variants(g: GenerateConfig, adapters: list[AdapterFile]) -> list[Variant]:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from worldtune.errors import DatasetError, GenerationError
+from worldtune.names import safe_name
 
 Mode = Literal["image2world", "video2world", "text2world"]
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
@@ -110,7 +111,8 @@ def _read_folder(root: Path, mode: Mode) -> InputSet:
             continue
         m = media[0] if media else None
         is_video = m is not None and m.suffix.lower() in VIDEO_EXTS
-        out.items.append(GenerationInput(name, prompt, image=None if is_video else m, video=m if is_video else None))
+        out.items.append(GenerationInput(safe_name(name), prompt, image=None if is_video else m,
+                                         video=m if is_video else None))
     return out
 
 
@@ -126,7 +128,7 @@ def _read_jsonl(path: Path, mode: Mode) -> InputSet:
         if not isinstance(row, dict) or not str(row.get("prompt") or "").strip():
             out.skipped["line without a prompt"] += 1
             continue
-        name = str(row.get("name") or f"{path.stem}_{n:05d}")
+        name = safe_name(row.get("name") or f"{path.stem}_{n:05d}")
         media = {}
         for key in ("image", "video"):
             if row.get(key):
@@ -164,9 +166,9 @@ def _read_dataset(root: Path, split: str) -> InputSet:
     for row in table:
         if split != "all" and row.get("split") != split:
             continue
-        name, prompt, task = str(row["clip_id"]), str(row.get("prompt") or ""), row.get("task")
+        name, prompt, task = safe_name(row["clip_id"]), str(row.get("prompt") or ""), row.get("task")
         if row.get("views"):  # separate camera views: one clip per role
-            views = tuple((role, root / rel) for role, rel in json.loads(row["views"]).items())
+            views = tuple((safe_name(role), root / rel) for role, rel in json.loads(row["views"]).items())
             if not all(f.is_file() for _, f in views):
                 out.skipped["view clip file missing"] += 1
                 continue

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from worldtune.atomic import append_jsonl, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from worldtune.errors import GenerationError
 
 FORMAT = "worldtune.generations"
@@ -62,7 +63,7 @@ def write_info(out: Path, layout: dict[str, Any] | None, fps: float, dataset: st
             raise GenerationError(f"{path}: folder was written with fps={old.get('fps')} layout={old.get('layout')}; "
                                   f"write fps={fps} layout={layout} into another generate.out")
         return
-    atomic_write_bytes(path, json.dumps(info, indent=1).encode())
+    atomic_write_json(path, info)
 
 
 def read_rows(paths: Iterable[Path]) -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -95,21 +96,13 @@ def is_complete(out: Path, row: dict[str, Any] | None, params_hash: str) -> bool
 
 def append_row(out: Path, rank: int, row: dict[str, Any]) -> None:
     """One line, flushed and fsynced, so a crash loses at most the video being written."""
-    import os
-
-    with open(rank_file(out, rank), "a", encoding="utf-8") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_jsonl(rank_file(out, rank), row, sort_keys=True)
 
 
 def merge(out: Path) -> int:
     """Write generations.jsonl from everything recorded (atomic); returns the number of rows."""
-    from worldtune.atomic import atomic_write_bytes
-
     rows = all_rows(out)
-    text = "".join(json.dumps(r, sort_keys=True) + "\n" for _, r in sorted(rows.items()))
-    atomic_write_bytes(out / MERGED, text.encode())
+    atomic_write_jsonl(out / MERGED, (r for _, r in sorted(rows.items())), sort_keys=True)
     return len(rows)
 
 
@@ -119,7 +112,7 @@ def start_rank(out: Path, rank: int) -> None:
 
 def finish_rank(out: Path, rank: int, world_size: int) -> bool:
     """Mark this process done; merge if every process is. True if this call merged."""
-    _done_marker(out, rank).write_text("done\n")
+    atomic_write_text(_done_marker(out, rank), "done\n")
     if all(_done_marker(out, r).is_file() for r in range(world_size)):
         merge(out)
         return True

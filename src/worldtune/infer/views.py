@@ -12,14 +12,18 @@ from typing import Any
 
 import numpy as np
 
+from worldtune.names import safe_name
+
 
 def split_views(video: np.ndarray, layout: dict[str, Any] | None) -> dict[str, np.ndarray]:
-    """{role: [T,h,w,3]} for a multi-camera layout; {} without a layout or for a single camera."""
+    """{role: [T,h,w,3]} for a multi-camera layout; {} without a layout or for a single camera.
+
+    Roles come from a dataset's info.json: they are made safe file names here (`names.safe_name`)."""
     if not layout or layout.get("type") == "single":
         return {}
     from worldtune.data.layout import layout_from_dict
 
-    return {role: np.ascontiguousarray(v) for role, v in layout_from_dict(layout).split(video).items()}
+    return {safe_name(role): np.ascontiguousarray(v) for role, v in layout_from_dict(layout).split(video).items()}
 
 
 def layout_roles(layout: dict[str, Any] | None) -> list[str]:
@@ -28,4 +32,4 @@ def layout_roles(layout: dict[str, Any] | None) -> list[str]:
         return []
     from worldtune.data.layout import layout_from_dict
 
-    return list(layout_from_dict(layout).roles)
+    return [safe_name(role) for role in layout_from_dict(layout).roles]

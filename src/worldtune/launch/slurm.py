@@ -21,13 +21,13 @@ times; the requeued job starts again with `--train.resume auto` and continues fr
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from worldtune.atomic import atomic_write_json, atomic_write_text
 from worldtune.errors import LaunchError
 
 SIGNAL_LEAD_S = 120  # USR1 this many seconds before the time limit: time to finish a step and save
@@ -236,13 +236,13 @@ def write_job(config: str | Path, overrides: list[str], out: str | Path, *, node
                      partition=partition, qos=qos, account=account, max_retries=max_retries,
                      job_name=f"wt-{source.stem}")
     for name, text in scripts.items():
-        (out / name).write_text(text)
+        atomic_write_text(out / name, text)
         (out / name).chmod(0o755)
-    (out / "launch.json").write_text(json.dumps({
+    atomic_write_json(out / "launch.json", {
         "format": "worldtune.launch", "version": 1, "kind": "slurm", "config": str(source), "copy": str(copy),
         "overrides": overrides, "run_dir": str(run_dir), "nodes": nodes, "gpus_per_node": gpus_per_node,
         "partition": partition, "qos": qos, "time": time, "account": account, "max_retries": max_retries,
-        "signal_lead_s": SIGNAL_LEAD_S, "workdir": str(Path.cwd()), "python": sys.executable}, indent=1))
+        "signal_lead_s": SIGNAL_LEAD_S, "workdir": str(Path.cwd()), "python": sys.executable})
     return out / "job.sbatch"
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from worldtune.atomic import atomic_write_json
 from worldtune.errors import ModelError
 from worldtune.models.build import NoOpSafetyChecker, build_pipeline, build_transformer, pipeline_class
 from worldtune.models.registry import PIPELINE_TO_FAMILY, SPECS, ModelSpec, get_spec
@@ -173,7 +174,7 @@ def init_model_dir(name: str, out: str | Path, seed: int = 0) -> Path:
         raise ModelError(f"{out} already holds a model: choose another directory or delete it")
     pipe = build_pipeline(spec, seed=seed)
     pipe.save_pretrained(out, safe_serialization=True)
-    (out / SIDECAR).write_text(json.dumps({"spec": name, "seed": seed}, indent=1))
+    atomic_write_json(out / SIDECAR, {"spec": name, "seed": seed})
     print(f"wrote {spec.name} ({spec.pipeline_class}) to {out}")
     return out
 
@@ -199,12 +200,14 @@ def fingerprint(transformer: torch.nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-def _safetensors_sample(folder: Path, h) -> None:
+def _safetensors_sample(folder: Path, h, prefix: str | None = None) -> None:
+    """Hash a few values of the first 8 tensors of each file (or of every tensor named `prefix*`)."""
     from safetensors import safe_open
 
     for f in sorted(folder.glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as st:
-            for key in sorted(st.keys())[:8]:
+            keys = sorted(st.keys())
+            for key in ([k for k in keys if k.startswith(prefix)] if prefix else keys[:8]):
                 sl = st.get_slice(key)
                 n = sl.get_shape()[0] if sl.get_shape() else 0
                 t = sl[: min(n, 2)] if n else st.get_tensor(key)
@@ -212,11 +215,15 @@ def _safetensors_sample(folder: Path, h) -> None:
                 h.update(t.float().flatten()[:16].numpy().tobytes())
 
 
-def model_id(name: str | None = None, path: str | None = None, seed: int = 0, revision: str | None = None) -> str:
+def model_id(name: str | None = None, path: str | None = None, seed: int = 0, revision: str | None = None,
+             text_projection: bool = False) -> str:
     """Identifies the VAE and text encoder of a model, for keying caches without loading it.
 
     For a directory: a hash of its configs and a sample of its weight files. For a random spec:
     the spec name and seed (the same spec and seed always build the same weights).
+    `text_projection`: the cache holds text already passed through the transformer's
+    `crossattn_proj`, so the transformer's projection weights are part of the identity too (a
+    cache made with another transformer would otherwise be used silently).
     """
     path = local_model_path(path, revision)
     if path is None and not (name and Path(name).is_dir()):
@@ -228,4 +235,7 @@ def model_id(name: str | None = None, path: str | None = None, seed: int = 0, re
         for cfg in sorted((root / sub).glob("config.json")):
             h.update(cfg.read_bytes())
         _safetensors_sample(root / sub, h)
+    if text_projection:
+        h.update(b"crossattn_proj")
+        _safetensors_sample(root / "transformer", h, prefix="crossattn_proj")
     return f"dir:{h.hexdigest()[:16]}"

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from worldtune.atomic import atomic_write_json
 from worldtune.errors import CheckpointError, ModelError
 
 AttentionMode = Literal["joint", "per_view"]
@@ -255,7 +256,7 @@ def save_multiview_extras(out: str | Path, model: MultiViewTransformer) -> Path:
             "hidden_size": int(model.view_embed.shape[1])}
     save_file({"view_embed": model.view_embed.detach().float().contiguous().cpu()}, str(out / EXTRAS_WEIGHTS),
               metadata={"format": EXTRAS_FORMAT, "version": str(EXTRAS_VERSION)})
-    (out / EXTRAS_CONFIG).write_text(json.dumps(meta, indent=1))
+    atomic_write_json(out / EXTRAS_CONFIG, meta)
     return out
 
 

@@ -8,9 +8,14 @@ A checkpoint is a folder `checkpoints/step-NNNNNNNN/` holding
     rng.pt                 torch / CUDA / numpy / python RNG states
     COMPLETE               written last
 It is written into a hidden temporary folder, every file fsynced, then renamed into place, so a
-crash mid-save leaves the previous checkpoint as the newest complete one. Rotation keeps the
-newest `keep` complete checkpoints plus milestones, and never deletes the checkpoint the run
-resumed from or the newest one.
+crash mid-save leaves the previous checkpoint as the newest complete one. A re-save of the same
+step (a preemption signal right after a periodic save) moves the old folder aside by a rename
+before the new one takes its name, so no kill point leaves a COMPLETE folder without its weights.
+Loading checks every file and raises `DamagedCheckpointError` naming it; `resume = auto` then
+falls back to the previous complete checkpoint. A failed write (disk full) is a one-line
+`OutputError` and leaves the previous checkpoints as they were. Rotation keeps the newest `keep`
+complete checkpoints plus milestones, and never deletes the checkpoint the run resumed from or
+the newest one.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from worldtune.errors import CheckpointError
+from worldtune.atomic import atomic_write_json, atomic_write_text, output_error
+from worldtune.errors import CheckpointError, DiskFullError, OutputError
 
 MARKER = "COMPLETE"
 PREFIX = "step-"
@@ -88,6 +94,20 @@ def step_of(path: Path) -> int:
     return int(path.name[len(PREFIX):])
 
 
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint marked complete whose files cannot be read back (cut, garbage, missing)."""
+
+
+def _write_error(e: Exception, path: Path) -> OutputError:
+    """safetensors reports I/O failures as its own error type; turn both kinds into our one-line error."""
+    if isinstance(e, OSError):
+        return output_error(e, path)
+    text = str(e)
+    if "StorageFull" in text or "No space left" in text or "code: 28" in text:
+        return DiskFullError(f"disk full while writing {path}: free space in {path.parent} and rerun (the run resumes)")
+    return OutputError(f"cannot write {path}: {text.splitlines()[0][:160] if text else type(e).__name__}")
+
+
 class CheckpointManager:
     def __init__(self, run_dir: str | Path, keep: int = 3, milestones: list[int] | None = None):
         self.dir = Path(run_dir) / "checkpoints"
@@ -109,10 +129,13 @@ class CheckpointManager:
         return done[-1] if done else None
 
     def clean_partial(self) -> None:
-        """Remove temporary folders left by a save that died."""
+        """Remove temporary folders left by a save that died (new ones and ones moved aside)."""
         if self.dir.is_dir():
             for p in self.dir.iterdir():
-                if p.name.startswith(".tmp-"):
+                moved = p.name.startswith(".tmp-replaced-")
+                if moved and not (self.dir / p.name[len(".tmp-replaced-"):]).exists():
+                    os.replace(p, self.dir / p.name[len(".tmp-replaced-"):])  # killed between the two renames
+                elif p.name.startswith(".tmp-"):
                     shutil.rmtree(p, ignore_errors=True)
 
     def begin(self, step: int) -> Path:
@@ -125,17 +148,30 @@ class CheckpointManager:
 
     def commit(self, tmp: Path, step: int, state: dict[str, Any]) -> Path:
         """Write the run state and RNG, mark complete, fsync, and rename into place; then rotate."""
-        torch.save(_rng_to_tensors(rng_state()), tmp / "rng.pt")
-        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=1, default=str))
-        self._hook("state")
-        (tmp / MARKER).write_text("ok\n")
-        for sub in [tmp, *[d for d in tmp.rglob("*") if d.is_dir()]]:
-            _fsync_tree(sub)
-        final = self.dir / f"{PREFIX}{step:08d}"
-        if final.exists():  # a re-save of the same step (e.g. preempted right after a periodic save)
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(self.dir)
+        aside = self.dir / f".tmp-replaced-{PREFIX}{step:08d}"
+        try:
+            torch.save(_rng_to_tensors(rng_state()), tmp / "rng.pt")
+            atomic_write_json(tmp / "state.json", {**state, "step": step}, default=str)
+            self._hook("state")
+            atomic_write_text(tmp / MARKER, "ok\n")
+            for sub in [tmp, *[d for d in tmp.rglob("*") if d.is_dir()]]:
+                _fsync_tree(sub)
+            final = self.dir / f"{PREFIX}{step:08d}"
+            if final.exists():  # a re-save of the same step (e.g. preempted right after a periodic save)
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(final, aside)  # atomic: `final` is whole or absent at every instant
+                self._hook("aside")
+            os.replace(tmp, final)
+            _fsync_dir(self.dir)
+        except OutputError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        except Exception as e:
+            if not _is_write_error(e):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _write_error(e, tmp) from None
+        shutil.rmtree(aside, ignore_errors=True)
         self.rotate()
         return final
 
@@ -145,11 +181,18 @@ class CheckpointManager:
         from safetensors.torch import save_file
 
         tmp = self.begin(step)
-        save_file({k: v.detach().float().contiguous().cpu() for k, v in trainable.items()}, str(tmp / "trainable.safetensors"))
-        self._hook("trainable")
-        torch.save(optimizer, tmp / "optimizer.pt")
-        if ema is not None:
-            save_file({k: v.contiguous().cpu() for k, v in ema.items()}, str(tmp / "ema.safetensors"))
+        try:
+            save_file({k: v.detach().float().contiguous().cpu() for k, v in trainable.items()},
+                      str(tmp / "trainable.safetensors"))
+            self._hook("trainable")
+            torch.save(optimizer, tmp / "optimizer.pt")
+            if ema is not None:
+                save_file({k: v.contiguous().cpu() for k, v in ema.items()}, str(tmp / "ema.safetensors"))
+        except Exception as e:
+            if not _is_write_error(e):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _write_error(e, tmp) from None
         return self.commit(tmp, step, state)
 
     def _hook(self, where: str) -> None:
@@ -166,6 +209,14 @@ class CheckpointManager:
         for p in removed:
             shutil.rmtree(p, ignore_errors=True)
         return removed
+
+    def candidates(self, resume: str | None) -> list[Path]:
+        """Checkpoints to try in order: 'auto' = every complete one, newest first; a path = just it."""
+        if resume == "auto":
+            self.clean_partial()
+            return self.complete()[::-1]
+        source = self.resolve(resume)
+        return [source] if source is not None else []
 
     def resolve(self, resume: str | None) -> Path | None:
         """The checkpoint to resume from: None, 'auto' (newest complete, or none yet) or a path."""
@@ -184,17 +235,39 @@ class CheckpointManager:
 
     @staticmethod
     def load(path: Path) -> dict[str, Any]:
-        """Everything of an unsharded checkpoint; a sharded one (FSDP) returns state and RNG only."""
+        """Everything of an unsharded checkpoint; a sharded one (FSDP) returns state and RNG only.
+
+        Any file that cannot be read back raises `DamagedCheckpointError` naming it."""
         from safetensors.torch import load_file
 
-        out: dict[str, Any] = {
-            "state": json.loads((path / "state.json").read_text()),
-            "rng": _rng_from_tensors(torch.load(path / "rng.pt", map_location="cpu", weights_only=True)),
-            "sharded": (path / "dcp").is_dir(),
-        }
+        def read(name: str, how: Callable[[Path], Any]) -> Any:
+            f = path / name
+            try:
+                return how(f)
+            except Exception as e:  # noqa: BLE001 - every reader's own error type means "damaged"
+                why = "missing" if not f.exists() else (str(e).splitlines()[0][:120] if str(e) else type(e).__name__)
+                raise DamagedCheckpointError(f"{f} cannot be read ({why}): the checkpoint is damaged") from None
+
+        def weights_only(f: Path) -> Any:
+            return torch.load(f, map_location="cpu", weights_only=True)
+
+        state = read("state.json", lambda f: json.loads(f.read_text()))
+        if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+            raise DamagedCheckpointError(f"{path / 'state.json'} has no step: the checkpoint is damaged")
+        out: dict[str, Any] = {"state": state, "rng": read("rng.pt", lambda f: _rng_from_tensors(weights_only(f))),
+                               "sharded": (path / "dcp").is_dir()}
         if not out["sharded"]:
-            out["trainable"] = load_file(str(path / "trainable.safetensors"))
-            out["optimizer"] = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
-        if (path / "ema.safetensors").is_file():
-            out["ema"] = load_file(str(path / "ema.safetensors"))
+            out["trainable"] = read("trainable.safetensors", lambda f: load_file(str(f)))
+            out["optimizer"] = read("optimizer.pt", weights_only)
+            if not isinstance(out["optimizer"], dict) or "state" not in out["optimizer"]:
+                raise DamagedCheckpointError(f"{path / 'optimizer.pt'} holds no optimizer state: the checkpoint is "
+                                             "damaged")
+        if (path / "ema.safetensors").exists():
+            out["ema"] = read("ema.safetensors", lambda f: load_file(str(f)))
         return out
+
+
+def _is_write_error(e: BaseException) -> bool:
+    """OSError, or how safetensors and torch.save report a failed write (their own error types)."""
+    return isinstance(e, OSError) or type(e).__name__ == "SafetensorError" or (
+        isinstance(e, RuntimeError) and "writ" in str(e).lower())

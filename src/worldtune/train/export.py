@@ -9,12 +9,12 @@ checkpoint into these, fusing an adapter into the base weights on request.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from worldtune.atomic import atomic_write_json
 from worldtune.errors import CheckpointError
 
 LORA_FILE = "pytorch_lora_weights.safetensors"
@@ -28,11 +28,11 @@ def save_lora(out: str | Path, state_dict: dict[str, torch.Tensor], metadata: di
     Cosmos2_5_PredictBasePipeline.save_lora_weights(
         out, transformer_lora_layers={k: v.detach().float().cpu() for k, v in state_dict.items()},
         transformer_lora_adapter_metadata=metadata, safe_serialization=True)
-    (out / "worldtune_adapter.json").write_text(json.dumps(
-        {"base_model": spec.name, "family": spec.family, "base_fingerprint": base_fingerprint,
-         "hidden_size": spec.transformer["num_attention_heads"] * spec.transformer["attention_head_dim"],
-         "num_layers": spec.transformer["num_layers"], "rank": metadata.get("r"),
-         "alpha": metadata.get("lora_alpha"), "use_dora": metadata.get("use_dora")}, indent=1))
+    atomic_write_json(out / "worldtune_adapter.json", {
+        "base_model": spec.name, "family": spec.family, "base_fingerprint": base_fingerprint,
+        "hidden_size": spec.transformer["num_attention_heads"] * spec.transformer["attention_head_dim"],
+        "num_layers": spec.transformer["num_layers"], "rank": metadata.get("r"),
+        "alpha": metadata.get("lora_alpha"), "use_dora": metadata.get("use_dora")})
     return out / LORA_FILE
 
 
@@ -84,16 +84,10 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
 
 def _export_sharded(source: Path, cfg, out: Path) -> Path:
     """Consolidate an FSDP (torch.distributed.checkpoint) checkpoint into a diffusers transformer folder."""
-    import tempfile
-
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
+    from worldtune.train.dcp_reader import load_full
     from worldtune.train.trainer import save_consolidated
 
-    with tempfile.TemporaryDirectory() as tmp:
-        flat = Path(tmp) / "full.pt"
-        dcp_to_torch_save(str(source / "dcp"), str(flat))
-        state = torch.load(flat, map_location="cpu", weights_only=True)["model"]
+    state = load_full(source / "dcp")["model"]
     result = save_consolidated(state, cfg, out / "transformer")
     print(f"consolidated sharded checkpoint {source} into {result}")
     return result

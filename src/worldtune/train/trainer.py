@@ -24,12 +24,14 @@ import torch
 import torch.distributed as dist
 import typer
 
+from worldtune.atomic import append_jsonl, atomic_write_json, atomic_write_text, rewrite_jsonl
 from worldtune.config import WorldtuneConfig, dump_config
 from worldtune.console import duration, is_terminal, plain
 from worldtune.errors import CheckpointError, ConfigError, DatasetError
 from worldtune.train.adapters import (
     adapter_metadata, apply_training_mode, peft_state_dict, trainable_state_dict, unwrap)
-from worldtune.train.checkpoint import CheckpointManager, set_rng_state
+from worldtune.lock import OutputLock
+from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
 from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed, transformer_inputs
 from worldtune.train.schedule import lr_multiplier
 
@@ -531,6 +533,7 @@ class Trainer:
                                   f"!= {self.base_fingerprint}): resume with the same model.path/name")
         if st.get("mode") != self.cfg.train.mode:
             raise CheckpointError(f"{source} is a {st.get('mode')} checkpoint but train.mode={self.cfg.train.mode}")
+        self._check_same_adapter(source, st)
         if ck["sharded"]:
             self._load_sharded(source)
         else:
@@ -541,6 +544,20 @@ class Trainer:
         self.step = int(st["step"])
         self.ckpt.resumed_from = source
 
+    def _check_same_adapter(self, source: Path, st: dict[str, Any]) -> None:
+        """Adapter weights trained at one rank, alpha (scale) or set of targets cannot continue under others."""
+        if self.cfg.train.mode == "full":
+            return
+        old = ((st.get("config") or {}).get("train") or {}).get("lora")
+        if old is None:
+            return
+        new = self.cfg.train.lora.model_dump(mode="json")
+        changed = [f"{k} {old.get(k)!r} -> {new[k]!r}" for k in ("rank", "alpha", "targets", "init")
+                   if old.get(k) != new[k]]
+        if changed:
+            raise CheckpointError(f"{source} was trained with other adapter settings ({'; '.join(changed)}): resume "
+                                  f"with the checkpoint's train.lora settings, or start a new train.out")
+
     def _load_sharded(self, source: Path) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -550,7 +567,10 @@ class Trainer:
                                   f"`worldtune export` it to a consolidated transformer first")
         msd, osd = get_state_dict(self.transformer, self.optimizer)
         state = {"model": msd, "optim": osd}
-        dcp.load(state, checkpoint_id=str(source / "dcp"))
+        from worldtune.train.dcp_reader import SafeLoadPlanner, safe_reader
+
+        dcp.load(state, checkpoint_id=str(source / "dcp"), storage_reader=safe_reader(source / "dcp"),
+                 planner=SafeLoadPlanner())
         set_state_dict(self.transformer, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optim"])
 
@@ -560,10 +580,15 @@ class Trainer:
         if missing:
             raise CheckpointError(f"{source} lacks {len(missing)} trainable tensors (e.g. {missing[0]}): it was made "
                                   f"with other adapter settings (train.lora.*)")
-        with torch.no_grad():
-            for k, v in ck["trainable"].items():
-                named[k].copy_(v.to(named[k].dtype))
-        self.optimizer.load_state_dict(ck["optimizer"])
+        try:
+            with torch.no_grad():
+                for k, v in ck["trainable"].items():
+                    named[k].copy_(v.to(named[k].dtype))
+            self.optimizer.load_state_dict(ck["optimizer"])
+        except (KeyError, ValueError, RuntimeError, TypeError) as e:
+            raise DamagedCheckpointError(f"{source} does not fit this model's trainable weights or optimizer "
+                                         f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__}): the "
+                                         f"checkpoint is damaged") from None
         if self.ema is not None and "ema" in ck:
             self.ema = {k: v.to(self.dist.device) for k, v in ck["ema"].items()}
 
@@ -574,8 +599,7 @@ class Trainer:
     def _log(self, row: dict[str, Any]) -> None:
         if not self.dist.main:
             return
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_jsonl(self.out / "metrics.jsonl", row)
         if self._trackers is not None:
             self._trackers.log(row)
 
@@ -605,9 +629,7 @@ class Trainer:
         rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
         kept = [r for r in rows if r.get("step", 0) <= step]
         if len(kept) != len(rows):
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-            os.replace(tmp, path)
+            rewrite_jsonl(path, lambda r: isinstance(r, dict) and r.get("step", 0) <= step)
         self._val_steps = {r["step"] for r in kept if "val_loss" in r}
 
     def _write_run_json(self, status: str, extra: dict[str, Any] | None = None) -> None:
@@ -621,7 +643,7 @@ class Trainer:
                "checkpointed_blocks": len(self.ckpt_blocks), "speed": self.speed, "dataset": self.cfg.train.dataset,
                "lora": self._lora_settings(),
                **(extra or {})}
-        (self.out / "run.json").write_text(json.dumps(run, indent=1, default=str))
+        atomic_write_json(self.out / "run.json", run, default=str)
 
     def _lora_settings(self) -> dict[str, Any] | None:
         """The adapter settings as trained: alpha resolved (None means alpha = rank)."""
@@ -631,12 +653,31 @@ class Trainer:
         return {**lora.model_dump(), "alpha": lora.alpha if lora.alpha is not None else float(lora.rank)}
 
     def fit(self) -> dict[str, Any]:
-        tc = self.cfg.train
+        """Train to `train.steps`, holding the run folder's lock (one live run per folder)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        source = self.ckpt.resolve(tc.resume)
+        lock = OutputLock(self.out, "train") if self.dist.main else nullcontext()
+        with lock:
+            return self._fit()
+
+    def _resume_newest_readable(self) -> Path | None:
+        """Resume from the newest checkpoint that loads; with `auto`, a damaged one falls back to the one before."""
+        tc = self.cfg.train
+        for source in self.ckpt.candidates(tc.resume):
+            try:
+                self.resume(source)
+                return source
+            except DamagedCheckpointError as e:
+                if tc.resume != "auto":
+                    raise
+                if self.dist.main:
+                    print(f"warning: {e}; falling back to the previous complete checkpoint")
+        return None
+
+    def _fit(self) -> dict[str, Any]:
+        tc = self.cfg.train
+        source = self._resume_newest_readable()
         if source is not None:
             before = self._checkpoint_world_size(source)
-            self.resume(source)
             self._trim_metrics(self.step)
             if self.dist.main:
                 plain(f"resumed from step {self.step} ({source}), world size "
@@ -646,9 +687,11 @@ class Trainer:
                 raise CheckpointError(f"{self.out} already holds checkpoints of a run: pass --train.resume auto to "
                                       f"continue it, or choose another train.out")
             (self.out / "metrics.jsonl").unlink()
+        elif self.dist.main and (self.out / "metrics.jsonl").exists():  # resume asked, nothing to resume from
+            (self.out / "metrics.jsonl").unlink()
         if self.dist.main:
             config_toml = dump_config(self.cfg)
-            (self.out / "config.toml").write_text(config_toml)
+            atomic_write_text(self.out / "config.toml", config_toml)
             if tc.tensorboard or tc.wandb:
                 from worldtune.train.trackers import Trackers
 
