@@ -47,7 +47,7 @@ def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
     assert "run_grid" in md and "run_separate" in md  # both loss curves
 
 
-@pytest.mark.slow  # ~60 s on 2 cores: every stage of the recipe, in order
+@pytest.mark.slow  # 15-60 s on 2 cores: every stage of the recipe, in order
 def test_demo_recipe_command_list_runs_as_written(tmp_path, monkeypatch):
     """configs/demo.toml's own list of commands, run in order in a fresh folder (shorter training and
     sampling only: the same stages, the same folders)."""
