@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,91 @@ def test_console_script_runs_as_a_module():
     for stage in ("prepare", "cache", "train", "export", "generate", "evaluate", "report", "launch", "demo",
                   "model", "doctor"):
         assert stage in out.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["trian"], "No such command 'trian'"),                         # unknown command (a typo)
+    (["export", "ckpt", "out", "--fusee"], "No such option: --fusee"),  # unknown option
+    (["export"], "Missing argument"),                                # missing argument
+    (["model", "info", "tiny-predict2.5", "--batch", "two"], "Invalid value for '--batch'"),  # bad value
+    (["train", "--train.stpes", "5"], "unknown key train.stpes; did you mean `train.steps`?"),  # config key typo
+])
+def test_usage_errors_print_one_message_without_traceback(argv, message, capsys):
+    code = main(argv)  # an uncaught exception here is the traceback a user would see
+    err = capsys.readouterr().err
+    assert code != 0 and message in err and "Traceback" not in err
+
+
+def test_config_key_errors_say_where_the_value_came_from(tmp_path):
+    with pytest.raises(ConfigError, match=r"^command line: train.lora.rank: lora rank must be > 0"):
+        load_config(None, ["--train.lora.rank", "0"])
+    f = tmp_path / "c.toml"
+    f.write_text("[train]\nwarmpu = 3\n")
+    with pytest.raises(ConfigError, match=rf"^{f}: unknown key train.warmpu; did you mean `train.warmup`\?"):
+        load_config(f)
+    with pytest.raises(ConfigError, match="unknown key trian; did you mean `train`"):
+        load_config(None, ["--trian.steps", "3"])
+
+
+def test_version(capsys):
+    from worldtune import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"worldtune {__version__}"
+
+
+def test_help_lists_every_config_key_with_type_default_and_description(capsys):
+    from worldtune.config import TrainConfig, describe_fields
+
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "train.steps: int = 200  optimizer steps" in out
+    assert "model.path: str | none = none" in out
+    for key, *_ in describe_fields(TrainConfig, "train"):
+        assert f"{key}:" in out, key
+    assert main(["generate", "--help"]) == 0
+    assert "generate.fps: float | none = none" in capsys.readouterr().out
+
+
+def _stage_commands() -> list[str]:
+    """Every command that resolves a config (has --print-config), found from the app itself."""
+    import inspect
+
+    from worldtune.cli import app
+
+    return [c.name or c.callback.__name__ for c in app.registered_commands
+            if "print_config" in inspect.signature(c.callback).parameters]
+
+
+@pytest.mark.parametrize("stage", _stage_commands())
+def test_print_config_round_trips_for_every_stage(stage, tmp_path, capsys):
+    from worldtune.config import WorldtuneConfig
+
+    overrides = ["--train.cache", "none", "--train.lora.alpha", "8", "--generate.fps", "7.5",
+                 "--generate.adapters", '[{path = "runs/a/export"}]', "--prepare.cameras", '{video = "video"}',
+                 "--prepare.layout", "single", "--model.revision", "v1"]
+    assert main([stage, "--print-config", *overrides]) == 0
+    text = capsys.readouterr().out
+    assert text.lstrip().startswith("[")  # section headers, so the text is a config file
+    (tmp_path / "printed.toml").write_text(text)
+    printed = load_config(tmp_path / "printed.toml")
+    wanted = load_config(None, overrides)
+    shown = [line[1:-1] for line in text.splitlines() if line.startswith("[") and "." not in line]
+    assert shown, text
+    for section in shown:
+        assert getattr(printed, section) == getattr(wanted, section), section
+    assert set(shown) < set(WorldtuneConfig.model_fields) or stage == "compare"
+    assert main([stage, str(tmp_path / "printed.toml"), "--print-config"]) == 0
+    assert capsys.readouterr().out == text  # printing the printed config changes nothing
+    if "train" in shown:
+        assert "# num_frames = (unset; int | none)" in text  # None keys are shown, commented
+
+
+def test_import_leaves_the_environment_alone():
+    code = ("import os; before = dict(os.environ); import worldtune, worldtune.config, worldtune.cli, "
+            "worldtune.models.load, worldtune.train.trainer, worldtune.infer.generate; "
+            "changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}; "
+            "assert not changed, changed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_", "DIFFUSERS_"))}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]

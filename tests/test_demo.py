@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import av
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,3 +45,27 @@ def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
     assert {"gen_grid/base", "gen_separate/base", "grid", "separate", "real:gen_grid", "real:gen_separate"} == set(models)
     md = (out / "compare" / "report" / "report.md").read_text()
     assert "run_grid" in md and "run_separate" in md  # both loss curves
+
+
+@pytest.mark.slow  # 15-60 s on 2 cores: every stage of the recipe, in order
+def test_demo_recipe_command_list_runs_as_written(tmp_path, monkeypatch):
+    """configs/demo.toml's own list of commands, run in order in a fresh folder (shorter training and
+    sampling only: the same stages, the same folders)."""
+    import shlex
+
+    from worldtune.cli import main
+
+    recipe = REPO / "configs" / "demo.toml"
+    commands = [shlex.split(line.lstrip("# ").split("(")[0]) for line in recipe.read_text().splitlines()
+                if line.startswith("#   worldtune ")]
+    assert [c[1] for c in commands] == ["demo", "prepare", "cache", "train", "generate", "evaluate", "report"]
+    faster = {"train": ["--train.steps", "4", "--train.val_every", "2", "--train.checkpoint.every", "2"],
+              "generate": ["--generate.steps", "2", "--generate.seeds", "[0]"]}
+    monkeypatch.chdir(tmp_path)
+    for cmd in commands:
+        args = [str(recipe) if a == "configs/demo.toml" else a for a in cmd[1:]]
+        assert main(args + faster.get(cmd[1], [])) == 0, cmd
+    rows = [json.loads(x) for x in (tmp_path / "demo_out/generations/generations.jsonl").read_text().splitlines()]
+    assert {r["model"] for r in rows} == {"base", "lora"}  # [generate] includes the run's adapter, named by the run
+    assert (tmp_path / "demo_out/runs/lora/loss.png").is_file()
+    assert (tmp_path / "demo_out/report/report.html").is_file()

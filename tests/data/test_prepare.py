@@ -135,6 +135,8 @@ def test_one_line_errors(v3_root, tmp_path):
     with pytest.raises(DatasetError, match="no camera feature wrist=observation.images.nope"):
         prep.run(_cfg(v3_root, tmp_path / "o2", cameras={"wrist": "observation.images.nope"}, layout="single",
                       prompt_template="plain"), quiet=True)
+    with pytest.raises(ConfigError, match="'droid_grid' describes a 2x2 camera grid but prepare.layout='single'"):
+        prep.run(_cfg(v3_root, tmp_path / "o5", cameras={"wrist": WRIST}, layout="single"), quiet=True)
     with pytest.raises(ConfigError, match="neither a preset"):
         prep.run(_cfg(v3_root, tmp_path / "o3", prompt_template="no placeholder"), quiet=True)
     prep.run(_cfg(v3_root, tmp_path / "o4", max_episodes=1), quiet=True)

@@ -73,3 +73,39 @@ def test_one_line_errors(model_dir, tmp_path):
         init_model_dir("tiny-predict2.5", model_dir)
     with pytest.raises(ModelError, match="real-size"):
         init_model_dir("cosmos-predict2.5-2b", tmp_path / "big")
+
+
+def test_hub_id_resolves_from_the_local_cache_only(tmp_path, monkeypatch):
+    """model.path may name a hub model already in the HF cache (at a revision); nothing is downloaded."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from worldtune.models.load import local_model_path
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo = tmp_path / "hub" / "models--acme--tiny-cosmos"
+    commit = "a" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "refs" / "v1").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    shutil.copytree(model_dir := init_model_dir("tiny-predict2.5", tmp_path / "m"), snapshot)
+    assert local_model_path("acme/tiny-cosmos") == str(snapshot)
+    assert local_model_path("acme/tiny-cosmos", "v1") == str(snapshot)
+    t, spec = load_transformer(path="acme/tiny-cosmos")
+    assert spec.family == "predict2.5" and fingerprint(t) == fingerprint(load_transformer(path=str(model_dir))[0])
+    with pytest.raises(ModelError, match=r"acme/tiny-cosmos at revision v2 in the local Hugging Face cache .*hf "
+                                         r"download acme/tiny-cosmos --revision v2"):
+        resolve_spec(path="acme/tiny-cosmos", revision="v2")
+    with pytest.raises(ModelError, match="model.path=acme/elsewhere: no such directory, and no snapshot"):
+        load_pipeline(path="acme/elsewhere")
+    with pytest.raises(ModelError, match="model.path=/no/such/dir: no such directory"):
+        load_pipeline(path="/no/such/dir")
+
+
+def test_real_size_name_without_path_needs_random_weights():
+    with pytest.raises(ModelError, match="cosmos-predict2.5-2b is a real-size model and model.path is not set"):
+        load_transformer("cosmos-predict2.5-2b")
+    with pytest.raises(ModelError, match="model.random_weights = true"):
+        load_pipeline("cosmos-predict2-14b")

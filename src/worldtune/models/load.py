@@ -44,10 +44,10 @@ def local_model_path(path: str | None, revision: str | None = None) -> str | Non
             pass
         from huggingface_hub.constants import HF_HUB_CACHE
 
-        at = f" at revision {revision}" if revision else ""
+        at, rev = (f" at revision {revision}", f" --revision {revision}") if revision else ("", "")
         raise ModelError(f"model.path={path}: no such directory, and no snapshot of the hub model {path}{at} in the "
                          f"local Hugging Face cache ({HF_HUB_CACHE}): point model.path at a local diffusers folder, "
-                         f"or fetch it first (`hf download {path}`{f' --revision {revision}' if revision else ''})")
+                         f"or fetch it first (`hf download {path}{rev}`)")
     raise ModelError(f"model.path={path}: no such directory (point it at a local diffusers-format pipeline folder)")
 
 

@@ -8,6 +8,7 @@ its run id is kept in the run folder, so a resumed or requeued run continues the
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ class Trackers:
             import wandb as wb
 
             id_file = out / WANDB_ID_FILE
-            run_id = id_file.read_text().strip() if id_file.is_file() else wb.util.generate_id()
+            run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
             id_file.write_text(run_id)
             self.wandb = wb.init(project=project, name=out.name, id=run_id, resume="allow", dir=str(out),
                                  config=config)

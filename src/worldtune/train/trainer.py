@@ -682,6 +682,8 @@ class Trainer:
             if self.dist.main:
                 plain(f"resumed from step {self.step} ({source}), world size "
                       f"{before if before is not None else '?'} -> {self.dist.world}")
+        elif tc.resume == "auto":
+            self._trim_metrics(0)  # an earlier attempt that never checkpointed: its rows are redone
         elif self.dist.main and (self.out / "metrics.jsonl").exists() and tc.resume is None:
             if self.ckpt.complete():
                 raise CheckpointError(f"{self.out} already holds checkpoints of a run: pass --train.resume auto to "
