@@ -122,9 +122,3 @@ def split_episodes(n: int, val_fraction: float, seed: int) -> tuple[list[int], l
     order = np.random.default_rng(seed).permutation(n)
     k = min(n - 1, max(1, int(round(val_fraction * n))))
     return sorted(order[k:].tolist()), sorted(order[:k].tolist())
-
-
-def window_indices(t: np.ndarray, length: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """(frame indices [B, H+1], action indices [B, H]) of windows starting at frames t, clamped to the episode."""
-    frames = np.minimum(t[:, None] + np.arange(horizon + 1), length - 1)
-    return frames, frames[:, :horizon]

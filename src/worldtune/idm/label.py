@@ -18,8 +18,7 @@ import torch
 
 from worldtune.data.layout import resize_frames
 from worldtune.errors import DatasetError
-from worldtune.idm.data import window_indices
-from worldtune.idm.model import InverseDynamicsModel, load_idm
+from worldtune.idm.model import InverseDynamicsModel, load_idm, window_indices
 
 
 def resolve_device(device: str) -> torch.device:

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -28,6 +29,13 @@ from worldtune.errors import CheckpointError
 FORMAT = "worldtune.idm"
 VERSION = 1
 POOL = (4, 4)
+
+
+def window_indices(t: np.ndarray, length: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """(frame indices [B, H+1], action indices [B, H]) of windows starting at frames t; a window that
+    runs past the episode's last frame repeats it (and its action), in training and labelling alike."""
+    frames = np.minimum(t[:, None] + np.arange(horizon + 1), length - 1)
+    return frames, frames[:, :horizon]
 
 
 def _block(cin: int, cout: int, stride: int) -> nn.Sequential:

@@ -26,10 +26,10 @@ import torch
 from worldtune.config import WorldtuneConfig, dump_config
 from worldtune.data.dataset import ShardedSampler
 from worldtune.data.lerobot import LeRobotDataset
-from worldtune.errors import CheckpointError
-from worldtune.idm.data import ActionEpisode, action_names, load_episodes, split_episodes, window_indices
+from worldtune.errors import CheckpointError, DatasetError
+from worldtune.idm.data import ActionEpisode, action_names, load_episodes, split_episodes
 from worldtune.idm.label import ActionLabeler, resolve_device
-from worldtune.idm.model import InverseDynamicsModel, architecture, save_idm
+from worldtune.idm.model import InverseDynamicsModel, architecture, save_idm, window_indices
 from worldtune.train.checkpoint import CheckpointManager, set_rng_state
 from worldtune.train.trainer import Dist
 
@@ -94,7 +94,8 @@ class IdmTrainer:
         self.val_eps: list[ActionEpisode] = [episodes[i] for i in val_pos]
         acts = np.concatenate([e.actions for e in self.train_eps])
         if acts.shape[1] != len(self.names):
-            raise CheckpointError(f"{ds.root}: actions have {acts.shape[1]} entries but info.json names {len(self.names)}")
+            raise DatasetError(f"{ds.root}: actions have {acts.shape[1]} entries but info.json names {len(self.names)}: "
+                               f"fix the '{ic.action_key}' feature's names")
         self.mean = acts.mean(0)
         self.std = np.where(acts.std(0) > 1e-6, acts.std(0), 1.0).astype(np.float32)
         self.gripper = gripper_of(self.names, acts)
