@@ -15,7 +15,7 @@ from worldtune.cli import main
 from worldtune.config import load_config
 from worldtune.data.lerobot import LeRobotDataset
 from worldtune.data.video import read_frames
-from worldtune.errors import ConfigError, DatasetError
+from worldtune.errors import ConfigError
 from worldtune.idm.label import ActionLabeler
 from worldtune.trajectories import TrajectoryExport, run
 
