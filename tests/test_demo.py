@@ -31,6 +31,13 @@ def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
     assert (out / "runs" / "lora" / "loss.png").is_file()
     assert (out / "report" / "report.html").is_file()
     assert json.loads((out / "eval" / "results.json").read_text())["format"] == "worldtune.eval"
+    # the IDM learned the demo's actions and labelled every generated video into a LeRobot v3.0 dataset
+    idm = json.loads((out / "runs" / "idm" / "idm_report.json").read_text())
+    assert idm["metrics"]["idm"]["normalised_mse"] < idm["metrics"]["mean_action"]["normalised_mse"]
+    from worldtune.data.lerobot import LeRobotDataset
+
+    traj = LeRobotDataset(out / "trajectories")
+    assert traj.version == "v3.0" and len(traj) == len(rows) and len(traj.cameras) == 3
 
     # --compare-views: the grid and the three-view model on the same episodes, one evaluation and report
     cmp = json.loads((out / "compare" / "compare.json").read_text())["branches"]

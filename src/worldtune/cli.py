@@ -22,8 +22,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Post-train Cosmos world models on robot data, generate videos, and score them.")
 model_app = typer.Typer(no_args_is_help=True, help="Build, inspect and plan models.")
 launch_app = typer.Typer(no_args_is_help=True, help="Launch training on several GPUs or under SLURM.")
+idm_app = typer.Typer(no_args_is_help=True, help="Inverse-dynamics models: actions from video frames.")
 app.add_typer(model_app, name="model")
 app.add_typer(launch_app, name="launch")
+app.add_typer(idm_app, name="idm")
 
 _STAGE_CTX = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -147,6 +149,20 @@ def compare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_confi
     """Grid vs separate camera views: both prepared, trained, generated and scored, in one report."""
     cfg = _resolve(config, ctx, print_config, _ALL)
     _stage("worldtune.compare")(cfg)
+
+
+@idm_app.command("train", context_settings=_STAGE_CTX)
+def idm_train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Train an inverse-dynamics model (frames -> actions) on a LeRobot dataset, with a held-out report."""
+    cfg = _resolve(config, ctx, print_config, "idm")
+    _stage("worldtune.idm.train")(cfg)
+
+
+@app.command(context_settings=_STAGE_CTX)
+def trajectories(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Label generated videos with an IDM and write them as a LeRobot v3.0 dataset (filtered, merged)."""
+    cfg = _resolve(config, ctx, print_config, "trajectories")
+    _stage("worldtune.trajectories")(cfg)
 
 
 @app.command()

@@ -3,7 +3,9 @@
 It is the first thing a new user runs and the project's end-to-end check: a synthetic
 three-camera LeRobot v3 dataset -> prepared 2x2 grid clips -> cached latents and embeddings ->
 LoRA training with the rectified-flow loss -> generation with the base model and the adapter
-(2 seeds per held-out clip, grids split into cameras) -> Sampson evaluation -> HTML report.
+(2 seeds per held-out clip, grids split into cameras) -> Sampson evaluation -> an inverse-dynamics
+model trained on the dataset's actions -> the generated videos labelled and written as a LeRobot
+v3.0 dataset with their scores -> HTML report.
 Every stage reads and writes the same folders a user's own run would, through the same code.
 With `--compare-views` it then runs `worldtune compare` on the same data (`<out>/compare`): the
 grid and the three-view model side by side, with one report.
@@ -11,6 +13,7 @@ grid and the three-view model side by side, with one report.
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -39,6 +42,9 @@ def demo_config(out: Path, steps: int) -> WorldtuneConfig:
         "--evaluate.runs", f'["{o}/generations"]', "--evaluate.out", f"{o}/eval",
         "--report.eval", f"{o}/eval", "--report.runs", f'["{o}/runs/lora"]', "--report.out", f"{o}/report",
         "--compare.out", f"{o}/compare",
+        "--idm.dataset", f"{o}/lerobot", "--idm.out", f"{o}/runs/idm", "--idm.steps", "200", "--idm.resume", "auto",
+        "--trajectories.generations", f"{o}/generations", "--trajectories.idm", f"{o}/runs/idm",
+        "--trajectories.evaluation", f"{o}/eval", "--trajectories.out", f"{o}/trajectories",
     ])
 
 
@@ -84,6 +90,9 @@ def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False, on
     export = summary.get("export")
     _stage("generate", lambda: stage_fn("worldtune.infer.generate")(cfg), timings, notes)
     _stage("evaluate", lambda: stage_fn("worldtune.eval.evaluate")(cfg.evaluate), timings, notes)
+    _stage("idm", lambda: stage_fn("worldtune.idm.train")(cfg), timings, notes)
+    shutil.rmtree(cfg.trajectories.out, ignore_errors=True)  # the demo rewrites its dataset on every run
+    _stage("trajectories", lambda: stage_fn("worldtune.trajectories")(cfg), timings, notes)
     _stage("report", lambda: stage_fn("worldtune.eval.report")(cfg.report), timings, notes)
     if compare_views:
         from worldtune.compare import run as compare
@@ -99,6 +108,7 @@ def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False, on
     where = {
         "dataset": root / "dataset", "run": Path(cfg.train.out), "loss curve": plot, "adapter": export,
         "generations": Path(cfg.generate.out), "evaluation": Path(cfg.evaluate.out),
+        "idm report": Path(cfg.idm.out) / "idm_report.json", "trajectories": Path(cfg.trajectories.out),
         "report": Path(cfg.report.out) / "report.html",
         "comparison": Path(cfg.compare.out) / "report" / "report.html" if compare_views else None,
     }

@@ -151,9 +151,10 @@ class VideoWriter:
 
     def __init__(self, path: str | Path, fps: float, codec: str = "libx264", crf: int | None = 18,
                  preset: str | None = None, threads: int = 0, pix_fmt: str = "yuv420p",
-                 gop: int | None = None) -> None:
+                 gop: int | None = None, options: dict[str, str] | None = None) -> None:
         self.path = Path(path)
         self.fps, self.codec, self.crf, self.preset = fps, codec, crf, preset
+        self.options = dict(options or {})  # further encoder options, e.g. {"svtav1-params": "lossless=1"}
         self.threads, self.pix_fmt, self.gop = threads, pix_fmt, gop
         self.tmp = temp_path(self.path)
         self._c: av.container.OutputContainer | None = None
@@ -174,7 +175,7 @@ class VideoWriter:
             raise DatasetError(f"cannot write {self.path}: {h}x{w} frames must have even height and width")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._c = av.open(str(self.tmp), mode="w", format="mp4")
-        opts: dict[str, str] = {}
+        opts: dict[str, str] = dict(self.options)
         if self.crf is not None:
             opts["crf"] = str(self.crf)
         if self.preset:

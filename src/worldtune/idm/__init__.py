@@ -1,0 +1,1 @@
+"""Inverse-dynamics models: frames -> actions, trained on real episodes, used to label generated videos."""

@@ -1,0 +1,293 @@
+"""`worldtune trajectories`: generated videos + an IDM -> a policy-ready LeRobot v3.0 dataset.
+
+Reads top to bottom:
+1. the generation folder (`worldtune generate`'s info.json + generations.jsonl) and the IDM;
+   check that the folder's cameras are the IDM's and that every video it names exists;
+2. optional evaluation scores (`worldtune evaluate`'s results.json + videos.jsonl) and thresholds:
+   keep only the videos that pass;
+3. write into `.<out>.partial` next to `out`: the real episodes of `merge_with` first (actions as
+   recorded, `is_synthetic = false`), then one episode per generated video: each camera's view
+   decoded once, labelled by the IDM, and re-encoded from the decoded frames as they are
+   (lossless by default, so the dataset's frames are the generated frames);
+4. rename the folder to `out`. A killed run leaves only the `.partial` folder, which the next
+   run deletes and rewrites (a clean restart: labelling costs less than generating).
+
+Each episode carries columns a user filters by: `is_synthetic`, `source/model`, `source/adapter`,
+`source/seed`, `source/prompt`, `source/params_hash` (and the input's name and video), and
+`score/<metric>` for every metric of the evaluation. The format is in docs/trajectories.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+from worldtune.config import TrajectoriesConfig, WorldtuneConfig
+from worldtune.data.layout import resize_frames
+from worldtune.data.lerobot import LeRobotDataset
+from worldtune.data.lerobot_writer import LeRobotWriter, VideoEncoding
+from worldtune.errors import ConfigError, DatasetError
+from worldtune.idm.data import action_names, check_cameras, read_actions
+from worldtune.idm.label import ActionLabeler
+from worldtune.infer.views import layout_roles
+
+PROVENANCE = "meta/worldtune_trajectories.json"
+SOURCE_COLUMNS = ("model", "adapter", "seed", "prompt", "params_hash", "name", "video")
+
+
+# -------------------------------------------------------------------------------------- inputs
+def read_generations(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """info.json and the generated (not ground-truth) rows of a generation folder."""
+    from worldtune.eval.evaluate import read_generation_folder
+    from worldtune.errors import EvaluationError
+
+    try:
+        info, rows = read_generation_folder(folder)
+    except EvaluationError as e:
+        raise DatasetError(str(e).replace("evaluate.runs", "trajectories.generations")) from None
+    return info, sorted(rows, key=lambda r: (str(r["model"]), str(r["name"]), int(r.get("seed") or 0)))
+
+
+def camera_roles(info: dict[str, Any], labeler: ActionLabeler, folder: Path) -> list[str]:
+    """The roles of the generated cameras; they must be the IDM's."""
+    layout = info.get("layout")
+    roles = layout_roles(layout)
+    if not roles:  # one camera: the video itself
+        if len(labeler.roles) != 1:
+            raise DatasetError(f"{folder / 'info.json'}: the videos have one camera but the IDM was trained on "
+                               f"{labeler.roles}: label them with an IDM trained on the same cameras")
+        return list(labeler.roles)
+    if sorted(roles) != sorted(labeler.roles):
+        raise DatasetError(f"{folder / 'info.json'}: the videos' cameras {roles} are not the IDM's {labeler.roles}: "
+                           f"train the IDM with idm.cameras naming the layout's roles")
+    return roles
+
+
+def view_files(row: dict[str, Any], roles: list[str], folder: Path, layout: dict[str, Any] | None) -> dict[str, Path]:
+    """{role: mp4} of one generated video; a multi-camera layout needs the per-camera views."""
+    key = f"{row['model']}/{row['name']}/s{row.get('seed')}"
+    if not layout_roles(layout):
+        files = {roles[0]: folder / str(row["video"])}
+    else:
+        views = row.get("views") or {}
+        missing = [r for r in roles if r not in views]
+        if missing:
+            raise DatasetError(f"{folder / 'generations.jsonl'}: {key} has no camera views {missing} for its "
+                               f"{layout.get('type')} layout: regenerate with generate.split_views = true")
+        files = {r: folder / str(views[r]) for r in roles}
+    for f in files.values():
+        if not f.is_file():
+            raise DatasetError(f"{f} is missing ({key} in {folder / 'generations.jsonl'}): the generation folder is "
+                               f"incomplete; rerun `worldtune generate` on it (it resumes)")
+    return files
+
+
+def read_scores(folder: Path, generations: Path) -> tuple[list[str], set[str], dict[tuple, dict[str, Any]]]:
+    """(metric names, lower-is-better names, (model, name, seed) -> {metric: score}) of an evaluation folder.
+
+    Metrics are the names results.json lists; rows of other generation folders are ignored, and a
+    label the evaluation qualified with the folder name ("<folder>/<label>") is matched as well.
+    """
+    res_path, rows_path = folder / "results.json", folder / "videos.jsonl"
+    if not res_path.is_file() or not rows_path.is_file():
+        raise DatasetError(f"{folder} is not an evaluation folder (needs results.json and videos.jsonl): "
+                           f"run `worldtune evaluate` on {generations} first")
+    results = json.loads(res_path.read_text(encoding="utf-8"))
+    metrics = [str(m) for m in results.get("metrics") or []]
+    lower = set(results.get("lower_is_better") or [])
+    scores: dict[tuple, dict[str, Any]] = {}
+    here = str(generations.resolve())
+    for line in rows_path.read_text(encoding="utf-8").splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if r.get("reference") or (r.get("run") and str(Path(r["run"]).resolve()) != here):
+            continue
+        model = str(r["model"]).removeprefix(f"{generations.name}/")
+        scores[(model, str(r["name"]), r.get("seed"))] = {m: r.get(m) for m in metrics}
+    return metrics, lower, scores
+
+
+def passes(score: dict[str, Any], thresholds: dict[str, float], lower: set[str]) -> str | None:
+    """None if every thresholded metric passes, else the first failing metric's name."""
+    for m, bound in thresholds.items():
+        v = score.get(m)
+        if v is None or not np.isfinite(v) or (v > bound if m in lower else v < bound):
+            return m
+    return None
+
+
+def decode(path: Path) -> list[av.VideoFrame]:
+    """Every frame of a video as decoded (yuv), for encoding unchanged; `to_ndarray("rgb24")` gives
+    the RGB that worldtune's reader (data/video.py) returns for the same file."""
+    try:
+        with av.open(str(path)) as c:
+            s = c.streams.video[0]
+            s.thread_type = "AUTO"
+            return list(c.decode(s))
+    except (av.error.FFmpegError, IndexError) as e:
+        raise DatasetError(f"video {path} cannot be decoded ({e}): regenerate it") from None
+
+
+# ---------------------------------------------------------------------------------------- stage
+class TrajectoryExport:
+    def __init__(self, cfg: WorldtuneConfig) -> None:
+        self.tc: TrajectoriesConfig = cfg.trajectories
+        tc = self.tc
+        self.out = Path(tc.out)
+        if self.out.exists():
+            raise DatasetError(f"{self.out} already exists: trajectories.out must name a new folder "
+                               f"(delete it or choose another)")
+        self.folder = Path(tc.generations)
+        self.labeler = ActionLabeler.load(tc.idm, tc.device, cfg.idm.label_batch)
+        self.info, rows = read_generations(self.folder)
+        self.layout = self.info.get("layout")
+        self.roles = camera_roles(self.info, self.labeler, self.folder)
+        self.keys = {r: self.labeler.meta["cameras"][r] for r in self.roles}  # role -> dataset camera key
+        self.rows = self._select(rows)
+        self.files = [view_files(r, self.roles, self.folder, self.layout) for r in self.rows]
+        self.fps = self._fps()
+        self.metrics, self.lower, self.scores = ([], set(), {})
+        if tc.evaluation:
+            self.metrics, self.lower, self.scores = read_scores(Path(tc.evaluation), self.folder)
+        unknown = [m for m in tc.thresholds if m not in self.metrics]
+        if unknown:
+            raise ConfigError(f"trajectories.thresholds names {unknown}, which "
+                              + (f"{tc.evaluation}/results.json does not list (it has {self.metrics})"
+                                 if tc.evaluation else "needs trajectories.evaluation (an evaluation folder)"))
+        self.real = LeRobotDataset(tc.merge_with) if tc.merge_with else None
+        if self.real is not None:
+            self._check_real(self.real)
+
+    def _select(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        models = sorted({str(r["model"]) for r in rows})
+        unknown = [m for m in self.tc.models if m not in models]
+        if unknown:
+            raise ConfigError(f"trajectories.models names {unknown}, not in {self.folder / 'generations.jsonl'} "
+                              f"(it has {models})")
+        picked = [r for r in rows if not self.tc.models or str(r["model"]) in self.tc.models]
+        if not picked:
+            raise DatasetError(f"{self.folder / 'generations.jsonl'} lists no generated videos")
+        return picked
+
+    def _fps(self) -> int:
+        """The written videos' true fps (their header), which must be a whole number for LeRobot."""
+        from worldtune.data.video import probe
+
+        first = next(iter(self.files[0].values()))
+        fps = probe(first).fps
+        if abs(fps - round(fps)) > 1e-3:
+            raise DatasetError(f"{first} runs at {fps:g} fps; LeRobot datasets need a whole number: "
+                               f"generate with generate.fps set to an integer")
+        return int(round(fps))
+
+    def _check_real(self, real: LeRobotDataset) -> None:
+        meta = self.labeler.meta
+        names = action_names(real, meta["action_key"])
+        if names != self.labeler.action_names:
+            raise DatasetError(f"{real.root / 'meta' / 'info.json'}: actions {names} are not the IDM's "
+                               f"{self.labeler.action_names} (IDM trained on {meta['dataset']['path']}): merge with "
+                               f"the dataset the IDM was trained on, or train an IDM on this one")
+        check_cameras(real, self.keys)
+        if real.fps is None or abs(real.fps - self.fps) > 1e-3:
+            raise DatasetError(f"{real.root / 'meta' / 'info.json'}: {real.fps} fps, the generated videos run at "
+                               f"{self.fps} fps: one dataset holds one fps; generate with generate.fps = {real.fps}")
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> dict[str, Any]:
+        t0 = time.time()
+        tmp = self.out.parent / f".{self.out.name}.partial"
+        if tmp.exists():  # left by a killed run: start clean
+            shutil.rmtree(tmp)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        from worldtune.data.video import probe
+
+        sizes = {self.keys[r]: (probe(f).height, probe(f).width) for r, f in self.files[0].items()}
+        tc = self.tc
+        writer = LeRobotWriter(tmp, self.fps, sizes, self.labeler.action_names,
+                               VideoEncoding(tc.codec, tc.lossless, tc.crf, tc.gop), tc.episodes_per_file,
+                               tc.robot_type or self.labeler.meta["dataset"].get("robot_type"))
+        dropped: dict[str, int] = {}
+        try:
+            real = self._write_real(writer, sizes) if self.real is not None else 0
+            synthetic = 0
+            from worldtune.eval.progress import progress_bar
+
+            with progress_bar(len(self.rows), "label + write") as advance:
+                for row, files in zip(self.rows, self.files):
+                    key = (str(row["model"]), str(row["name"]), row.get("seed"))
+                    score = self.scores.get(key, {})
+                    failed = passes(score, tc.thresholds, self.lower)
+                    if failed is not None:
+                        dropped[failed] = dropped.get(failed, 0) + 1
+                    else:
+                        self._write_generated(writer, row, {r: decode(f) for r, f in files.items()}, score)
+                        synthetic += 1
+                    advance()
+            if not synthetic and not real:
+                raise DatasetError(f"no trajectory passes trajectories.thresholds {dict(tc.thresholds)} "
+                                   f"(failed per metric: {dropped}): relax them")
+            info = writer.finish()
+            summary = {"out": str(self.out), "episodes": {"real": real, "synthetic": synthetic},
+                       "dropped_by_threshold": dropped, "frames": info["total_frames"], "fps": self.fps,
+                       "cameras": list(sizes), "codec": tc.codec, "lossless": tc.lossless,
+                       "generations": str(self.folder.resolve()), "idm": str(Path(tc.idm).resolve()),
+                       "evaluation": str(Path(tc.evaluation).resolve()) if tc.evaluation else None,
+                       "thresholds": dict(tc.thresholds), "merge_with": str(self.real.root.resolve()) if self.real else None,
+                       "seconds": round(time.time() - t0, 2)}
+            from worldtune.data.video import atomic_write_bytes
+
+            atomic_write_bytes(tmp / PROVENANCE, (json.dumps(summary, indent=1) + "\n").encode())
+        except BaseException:
+            writer.abort()
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        tmp.rename(self.out)
+        return summary
+
+    def _write_generated(self, writer: LeRobotWriter, row: dict[str, Any], frames: dict[str, list[av.VideoFrame]],
+                         score: dict[str, Any]) -> None:
+        rgb = {r: np.stack([f.to_ndarray(format="rgb24") for f in fr]) for r, fr in frames.items()}
+        n = min(len(v) for v in rgb.values())
+        actions = self.labeler.label({r: v[:n] for r, v in rgb.items()})
+        columns: dict[str, Any] = {f"source/{c}": row.get(c) for c in SOURCE_COLUMNS}
+        columns.update({f"score/{m}": score.get(m) for m in self.metrics})
+        task = row.get("instruction") or row.get("prompt") or ""
+        writer.add_episode({self.keys[r]: fr[:n] for r, fr in frames.items()}, actions, task, True, columns)
+
+    def _write_real(self, writer: LeRobotWriter, sizes: dict[str, tuple[int, int]]) -> int:
+        """The real dataset's episodes, resized to the generated cameras' size (same resize as the IDM)."""
+        real = self.real
+        assert real is not None
+        acts = read_actions(real, self.labeler.meta["action_key"])
+        resize = self.labeler.meta.get("resize", "pad")
+        n_written = 0
+        for ep in real.episodes:
+            if ep.index not in acts or any(k not in ep.spans for k in sizes):
+                continue
+            frames = {k: resize_frames(real.episode_frames(ep, k), h, w, resize) for k, (h, w) in sizes.items()}
+            n = min(len(acts[ep.index]), *(len(f) for f in frames.values()))
+            columns = {"source/model": "real", "source/dataset": str(real.root.resolve()),
+                       "source/episode_index": ep.index}
+            writer.add_episode({k: f[:n] for k, f in frames.items()}, acts[ep.index][:n], ep.task or "", False, columns)
+            n_written += 1
+        return n_written
+
+
+def run(cfg: WorldtuneConfig) -> dict[str, Any]:
+    """Entry point of `worldtune trajectories`."""
+    from rich.console import Console
+
+    summary = TrajectoryExport(cfg).run()
+    e = summary["episodes"]
+    Console().print(f"wrote LeRobot v3.0 dataset {summary['out']}: {e['synthetic']} synthetic + {e['real']} real "
+                    f"episodes, {summary['frames']} frames at {summary['fps']} fps, cameras {summary['cameras']}"
+                    + (f"; dropped by thresholds: {summary['dropped_by_threshold']}" if summary["dropped_by_threshold"] else ""))
+    return summary
