@@ -61,7 +61,7 @@ def test_rows_and_files(first_run):
         assert (r["steps"], r["height"], r["width"], r["num_frames"], r["fps"]) == (3, H, W, F, 16.0)
     assert rows[("lora_a", "cube", 5)]["adapter"].endswith("lora_a")
     info = json.loads((first_run / "info.json").read_text())
-    assert info == {"format": "worldtune.generations", "version": 1, "layout": None, "fps": 16.0}
+    assert info == {"format": "worldtune.generations", "version": 1, "layout": None, "fps": 16.0, "dataset": None}
 
 
 def test_equals_direct_pipeline_with_lora(first_run, tiny_model_dir, adapter_dir, folder_inputs, tmp_path):

@@ -130,5 +130,6 @@ def test_generate_and_evaluate_three_views(separate_dataset, trained, tmp_path):
         parts = v["sampson_detail"]["crossview"]["parts"]
         assert set(parts) == {"exterior_1|exterior_2", "exterior_1|wrist", "exterior_2|wrist"}
         assert v["sampson_crossview_pairs"] + v["sampson_crossview_skipped"] == 3 * 9  # 3 pairs x 9 frames
-        assert set(v["sampson_detail"]["temporal"]["parts"]) == set(ROLES)
+        assert set(v["sampson_detail"]["temporal"]["parts"]) == {"wrist"}  # only the moving camera has temporal geometry
+        assert {f"temporal:{r}" for r in ROLES if r != "wrist"} <= set(v["sampson_detail"]["notes"])
     assert "mv" in results["models"]

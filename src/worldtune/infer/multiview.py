@@ -181,17 +181,11 @@ def view_model(transformer: torch.nn.Module, roles: list[str], adapter_dir: Path
 
 
 def crossview_sampson(videos: dict[str, np.ndarray], moving: tuple[str, ...] = ("wrist",)) -> dict[str, dict]:
-    """Cross-view Sampson error of every pair of generated views (pooled F unless a view moves).
+    """Cross-view Sampson error of every pair of generated views (self-fit: no rig reference here).
 
-    Returns {"a|b": SeriesScore.summary()}: mean/median px, pairs evaluated, skips per reason.
+    Returns {"a|b": SeriesScore.summary()}: mean/median px, mode, pairs evaluated, skips per reason.
     """
-    from itertools import combinations
-
     from worldtune.eval.sampson import SampsonConfig, SampsonError
 
-    metric = SampsonError(SampsonConfig(moving_views=moving))
-    out = {}
-    for a, b in combinations(sorted(videos), 2):
-        pooled = not (metric.is_moving(a) or metric.is_moving(b))
-        out[f"{a}|{b}"] = metric.crossview(videos[a], videos[b], pooled=pooled, name=f"{a}|{b}").summary()
-    return out
+    score = SampsonError(SampsonConfig(moving_views=moving, temporal=False)).score_views(videos)
+    return {k: s.summary() for k, s in score.crossview.items()}
