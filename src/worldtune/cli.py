@@ -151,17 +151,17 @@ def compare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_confi
     _stage("worldtune.compare")(cfg)
 
 
-@idm_app.command("train", context_settings=_STAGE_CTX)
+@idm_app.command("train", **stage_command("idm"))
 def idm_train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Train an inverse-dynamics model (frames -> actions) on a LeRobot dataset, with a held-out report."""
-    cfg = _resolve(config, ctx, print_config, "idm")
+    cfg = _resolve(config, ctx, print_config, ("idm",))
     _stage("worldtune.idm.train")(cfg)
 
 
-@app.command(context_settings=_STAGE_CTX)
+@app.command(**stage_command("trajectories", "idm"))
 def trajectories(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Label generated videos with an IDM and write them as a LeRobot v3.0 dataset (filtered, merged)."""
-    cfg = _resolve(config, ctx, print_config, "trajectories")
+    cfg = _resolve(config, ctx, print_config, ("trajectories", "idm"))
     _stage("worldtune.trajectories")(cfg)
 
 

@@ -68,6 +68,7 @@ class SampsonConfig:
     min_motion: float = 0.5  # temporal: median track displacement (px) below this = static camera, skipped
     frame_gap: int = 1  # temporal: frame t vs t + gap
     frame_step: int = 1  # evaluate every k-th frame (pair)
+    crossview_step: int = 1  # cross-view: every k-th of those frames (SIFT is most of the cost; 2 halves it)
     moving_views: tuple[str, ...] = ("wrist",)  # without calibration: roles containing these move
     masks: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...] = ()  # role -> boxes to ignore
     auto_masks: bool = True  # find camera-fixed pixels of moving views in the real clip
@@ -248,7 +249,8 @@ class SampsonError:
         return out
 
     def _frames(self, n: int) -> range:
-        return range(0, n, self.cfg.frame_step)
+        """The frames cross-view pairs are scored at."""
+        return range(0, n, self.cfg.frame_step * self.cfg.crossview_step)
 
     def features(self, frames: np.ndarray, mask: np.ndarray | None) -> list[Features]:
         """SIFT of the frames on the step grid (others left empty): detected once, used by every pair."""
