@@ -334,6 +334,7 @@ class EvaluateConfig(Section):
                             "(auto: the first that exists, see docs/eval.md)")
     sampson_max_features: int = Field(2000, description="SIFT keypoints per frame")
     sampson_frame_step: int = Field(1, description="evaluate every k-th frame (pair)")
+    sampson_crossview_step: int = Field(1, description="cross-view: score every k-th of those frames (2 halves the SIFT cost)")
     sampson_min_motion: float = Field(0.5, description="temporal pairs whose tracks move less (median, px) are static: skipped")
     sampson_moving_views: list[str] = Field(default_factory=lambda: ["wrist"],
                                             description="without calibration: roles containing these are moving cameras")

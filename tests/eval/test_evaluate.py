@@ -83,3 +83,42 @@ def test_cli_evaluate_and_report(gen_folder, tmp_path, capsys):
     assert (tmp_path / "r" / "report.html").is_file()
     assert main(["report", "--report.eval", str(tmp_path / "nothing")]) == 1
     assert "results.json not found" in capsys.readouterr().err
+
+
+def test_pixel_metrics_and_paired_difference_to_base(gen_folder, tmp_path):
+    """lora's videos are the real clip (base wobbles): every pixel metric favours lora, pair by pair."""
+    res = run(EvaluateConfig(runs=[str(gen_folder)], out=str(tmp_path / "eval"), workers=1,
+                             metrics=["sampson_crossview", "pixels"]))
+    m = res["models"]
+    assert m["lora"]["psnr"]["mean"] > m["base"]["psnr"]["mean"] + 10
+    d = m["lora"]["vs_base"]["psnr"]
+    assert d["base"] == "base" and d["n_pairs"] == 2 and d["n_inputs"] == 1
+    assert d["mean"] > 10 and d["win_rate"] == 1.0
+    assert d["ci_low"] is None and "2 inputs" in d["reason"]  # one input: no interval, and it says why
+    assert m["lora"]["vs_base"]["warp_error"]["mean"] < 0  # lower is better: lora warps more cleanly
+    assert "psnr" in m["lora"]["best"] and "vs_base" not in m["base"]
+    assert m["real"]["warp_error"]["mean"] is not None  # the real clip's own warping error, as reference
+    rows = [json.loads(x) for x in (tmp_path / "eval" / "videos.jsonl").read_text().splitlines()]
+    lora = next(r for r in rows if r["model"] == "lora")
+    assert set(lora["pixel_detail"]) == {"exterior_1", "exterior_2", "wrist"}
+    assert len(lora["pixel_curves"]["psnr"]) == 4  # frames 1..4 of a 5-frame clip
+    # no dataset, so the fixed pair's reference comes from the real clip (or says why not)
+    pair = res["rig"]["inputs"]["generations/ep0"]["pairs"]["exterior_1|exterior_2"]
+    assert pair["mode"] == "reference" and (pair["available"] or pair["reason"])
+
+
+def test_a_judge_that_is_down_fails_the_command_but_keeps_the_scores(gen_folder, tmp_path):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    out = tmp_path / "eval"
+    cfg = EvaluateConfig(runs=[str(gen_folder)], out=str(out), workers=1, judge_endpoint=f"http://127.0.0.1:{port}/v1",
+                         judge_retries=0, judge_timeout=2, metrics=["sampson_crossview", "judge_physics"])
+    with pytest.raises(EvaluationError, match="every judge request failed"):
+        run(cfg)
+    res = json.loads((out / "results.json").read_text())
+    assert res["models"]["lora"]["sampson_crossview"]["mean"] is not None
+    assert res["judge"]["status"] == "ran"

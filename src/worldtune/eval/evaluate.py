@@ -161,7 +161,7 @@ def sampson_config(cfg: Any, metrics: Sequence[str]) -> Any:
 
     return SampsonConfig(geometry=cfg.sampson_geometry, max_features=cfg.sampson_max_features,
                          min_inliers=cfg.min_inliers, min_motion=cfg.sampson_min_motion, frame_gap=cfg.frame_gap,
-                         frame_step=cfg.sampson_frame_step, moving_views=tuple(cfg.sampson_moving_views),
+                         frame_step=cfg.sampson_frame_step, crossview_step=cfg.sampson_crossview_step, moving_views=tuple(cfg.sampson_moving_views),
                          masks=tuple((r, tuple(tuple(b) for b in bs)) for r, bs in cfg.sampson_masks.items()),
                          auto_masks=cfg.sampson_auto_masks, gate=cfg.sampson_gate,
                          temporal="sampson_temporal" in metrics, crossview="sampson_crossview" in metrics)
