@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,15 @@ def test_page_images_and_videos_load_in_headless_chromium(report, tmp_path):
     assert len(status["videos"]) >= 6
     for v in status["videos"]:
         assert v["error"] is None and v["ready"] >= 2 and v["w"] > 0, status
+
+
+def test_report_shows_differences_curves_posters_and_held_out_loss(report):
+    out, written = report
+    page = (out / "report.html").read_text()
+    md = (out / "report.md").read_text()
+    assert "Paired difference to the base model" in page and "lora − base" in md
+    assert "class=best" in page  # the best model per metric is highlighted
+    assert (out / "assets" / "curve_psnr.png").is_file()  # pixel metrics over the horizon
+    posters = list((out / "assets" / "videos").glob("*.jpg"))
+    assert posters and all(f"poster='{Path('assets/videos', p.name).as_posix()}'" in page for p in posters)
+    assert "mode lora" in page  # the settings of the run that made the adapter

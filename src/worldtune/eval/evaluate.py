@@ -383,7 +383,7 @@ def write_rows(out: Path, rows: Sequence[dict[str, Any]], metrics: Sequence[str]
     """videos.jsonl (everything) and videos.csv (the flat columns a spreadsheet wants), atomically."""
     import io
 
-    from worldtune.data.video import atomic_write_bytes
+    from worldtune.atomic import atomic_write_bytes
 
     atomic_write_bytes(out / "videos.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
     cols = ["model", "name", "seed", "video", "status", *metrics,
@@ -497,9 +497,9 @@ def run(cfg: Any) -> dict[str, Any]:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    from worldtune.data.video import atomic_write_bytes
+    from worldtune.atomic import atomic_write_json
 
-    atomic_write_bytes(path, (json.dumps(obj, indent=1) + "\n").encode())
+    atomic_write_json(path, obj, indent=1)
 
 
 def _sampson_summary(entries: Sequence[Entry], sampson: dict[str, dict[str, Any]], metrics: Sequence[str]) -> dict[str, Any]:

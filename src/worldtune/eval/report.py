@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
+from worldtune.atomic import atomic_write_text
 from worldtune.errors import EvaluationError
 
 PLAYABLE = {"h264": ".mp4", "vp9": ".webm", "av1": ".webm"}
@@ -56,13 +59,19 @@ def load_eval(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
 def load_run(folder: str | Path) -> dict[str, Any]:
     """A training run's name and its (step, loss) points; `note` says what was missing."""
     root = Path(folder)
-    run: dict[str, Any] = {"path": str(root), "name": root.name, "steps": [], "loss": [], "note": None}
+    run: dict[str, Any] = {"path": str(root), "name": root.name, "steps": [], "loss": [], "val_steps": [], "val_loss": [],
+                           "note": None}
     info = root / "run.json"
     if info.is_file():
         try:
             meta = json.loads(info.read_text(encoding="utf-8"))
             run["name"] = str(meta.get("name") or root.name)
             run["meta"] = {k: meta[k] for k in ("mode", "model", "steps", "lr") if k in meta}
+            lora = meta.get("lora") or {}
+            run["settings"] = {k: v for k, v in {
+                "mode": meta.get("mode"), "model": meta.get("model"), "steps": meta.get("steps"),
+                "dataset": meta.get("dataset"), "rank": lora.get("rank"), "alpha": lora.get("alpha"),
+                "targets": ",".join(lora.get("targets") or []) or None}.items() if v is not None}
         except json.JSONDecodeError:
             run["note"] = "run.json unreadable"
     metrics = root / "metrics.jsonl"
@@ -72,6 +81,9 @@ def load_run(folder: str | Path) -> dict[str, Any]:
     for line in metrics.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
+            if "val_loss" in row and math.isfinite(float(row["val_loss"])):
+                run["val_steps"].append(int(row["step"]))
+                run["val_loss"].append(float(row["val_loss"]))
             step, loss = int(row["step"]), float(row["loss"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             continue  # validation lines, torn lines
@@ -137,8 +149,10 @@ def plot_losses(runs: Sequence[dict[str, Any]], path: Path) -> Path | None:
         color = f"C{i % 10}"
         ax.plot(r["steps"], r["loss"], color=color, alpha=0.25, linewidth=0.8)
         ax.plot(r["steps"], _ema(r["loss"]), color=color, linewidth=1.8, label=r["name"])
+        if r.get("val_steps"):
+            ax.plot(r["val_steps"], r["val_loss"], "o--", color=color, markersize=4, label=f"{r['name']} held-out")
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
+    ax.set_ylabel("loss (training: EMA; held-out: points)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
@@ -157,7 +171,48 @@ def _ema(values: Sequence[float], decay: float | None = None) -> list[float]:
     return out
 
 
+def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> Path | None:
+    """A pixel metric over the horizon: per model, the mean over its videos of the per-frame curve."""
+    by_model: dict[str, list[list[float | None]]] = {}
+    for r in rows:
+        c = (r.get("pixel_curves") or {}).get(metric)
+        if c:
+            by_model.setdefault(r["model"], []).append(c)
+    if not by_model:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.2, 3.0), dpi=110)
+    for label, curves in sorted(by_model.items(), key=lambda kv: (kv[0] != "base", kv[0])):
+        n = min(len(c) for c in curves)
+        mean = [np.nanmean([np.nan if c[i] is None else c[i] for c in curves]) for i in range(n)]
+        ax.plot(range(1, n + 1), mean, label=label, color="#3b75af" if label == "base" else None)
+    ax.set_title(f"{METRIC_TITLES.get(metric, metric)} over the horizon", fontsize=9)
+    ax.set_xlabel("generated frame (after the conditioning frames)", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 # ---------------------------------------------------------------------------------------- videos
+def poster(src: str | Path, dst: Path) -> Path | None:
+    """The video's first frame as a JPEG, shown before it plays (None when unreadable)."""
+    import cv2
+
+    from worldtune.eval.video import VideoReadError, read_video
+
+    try:
+        frames, _ = read_video(src, max_frames=1)
+    except VideoReadError:
+        return None
+    cv2.imwrite(str(dst), cv2.cvtColor(frames[0], cv2.COLOR_RGB2BGR))
+    return dst
+
 def publish_video(src: str | Path, dst_stem: Path, fmt: str = "auto") -> Path | None:
     """Copy (or re-encode to VP9 WebM) a video into the assets folder; None when it is unreadable."""
     from worldtune.eval.video import VideoReadError, read_video, video_codec, write_video
@@ -283,8 +338,9 @@ def _skips_html(results: dict[str, Any]) -> str:
 def _cell_html(row: dict[str, Any], video: str | None, metrics: Sequence[str]) -> str:
     label = row["model"] if not row.get("reference") else "real clip" + (
         f" ({row['model'].split(':', 1)[1]})" if ":" in row["model"] else "")
-    media = (f"<video controls muted loop playsinline preload='metadata' src='{html.escape(video)}'></video>"
-             if video else "<div class='missing'>video unavailable</div>")
+    still = Path(video).with_suffix(".jpg").as_posix() if video else None
+    media = (f"<video controls muted loop playsinline preload='metadata' poster='{html.escape(still)}' "
+             f"src='{html.escape(video)}'></video>" if video else "<div class='missing'>video unavailable</div>")
     vals = []
     for m in metrics:
         v = row.get(m)
@@ -307,6 +363,7 @@ def run(cfg: Any) -> dict[str, Any]:
     metrics = results["metrics"]
 
     plots = {m: plot_metric(results, m, assets / f"metric_{m}.png") for m in metrics}
+    plots.update({f"{m} (horizon)": plot_curve(rows, m, assets / f"curve_{m}.png") for m in metrics})
     runs = [load_run(r) for r in cfg.runs]
     loss_png = plot_losses(runs, assets / "loss.png")
 
@@ -323,6 +380,8 @@ def run(cfg: Any) -> dict[str, Any]:
                 stem = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in stem)
                 if row["video"] not in published:
                     dst = publish_video(row["video"], assets / "videos" / stem, cfg.video_format)
+                    if dst is not None:
+                        poster(row["video"], dst.with_suffix(".jpg"))
                     published[row["video"]] = dst.relative_to(out).as_posix() if dst else None
                 parts.append(_cell_html(row, published[row["video"]], metrics))
                 advance()
@@ -331,6 +390,8 @@ def run(cfg: Any) -> dict[str, Any]:
                                f"<p>{html.escape(instr)}</p><div class='cells'>{''.join(parts)}</div></div>")
 
     run_notes = "".join(f"<li>{html.escape(r['name'])}: {html.escape(r['note'])}</li>" for r in runs if r["note"])
+    run_notes += "".join(f"<li>{html.escape(r['name'])}: " + ", ".join(f"{k} {html.escape(str(v))}" for k, v in r["settings"].items())
+                         + "</li>" for r in runs if r.get("settings"))
     loss_html = ("<img src='assets/loss.png' alt='training loss'>" if loss_png else
                  "<p>No training loss curves (no run folders with metrics.jsonl were given in report.runs).</p>")
     page = f"""<!DOCTYPE html>
@@ -354,8 +415,8 @@ def run(cfg: Any) -> dict[str, Any]:
 {''.join(videos_html) or '<p>No videos.</p>'}
 </body></html>
 """
-    (out / "report.html").write_text(page, encoding="utf-8")
-    (out / "report.md").write_text(markdown_summary(results, runs, plots, loss_png, cfg.title), encoding="utf-8")
+    atomic_write_text(out / "report.html", page)
+    atomic_write_text(out / "report.md", markdown_summary(results, runs, plots, loss_png, cfg.title))
     written = {"html": str(out / "report.html"), "markdown": str(out / "report.md"),
                "plots": [str(p) for p in plots.values() if p] + ([str(loss_png)] if loss_png else []),
                "videos": sorted(v for v in published.values() if v), "examples": len(examples)}
