@@ -35,10 +35,12 @@ exit 0
 """
 
 # stands in for "$PYTHON -m torch.distributed.run ...": one worker that exits 42 on USR1, like the trainer
+# The worker ignores a second USR1 once it is exiting: with the whole step signalled it gets one from
+# SLURM and one forwarded by the node script, and the second can land after Python's handlers are gone.
 FAKE_TORCHRUN = """#!/bin/bash
 echo "$@" > "$FAKE_DIR/torchrun.args"
 "$REAL_PYTHON" -c 'import signal, sys, time
-signal.signal(signal.SIGUSR1, lambda *a: sys.exit(42))
+signal.signal(signal.SIGUSR1, lambda *a: (signal.signal(signal.SIGUSR1, signal.SIG_IGN), sys.exit(42)))
 open(sys.argv[1], "w").close()
 time.sleep(60)' "$FAKE_DIR/worker.ready" &
 wait $!
