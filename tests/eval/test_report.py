@@ -91,7 +91,8 @@ def test_page_images_and_videos_load_in_headless_chromium(report, tmp_path):
     m = re.search(r'<pre id="load-check">(.*?)</pre>', dom, re.S)
     assert m, dom[-2000:]
     status = json.loads(m.group(1).replace("&quot;", '"'))
-    assert len(status["images"]) == 3 and all(status["images"])  # 2 metric plots + the loss curve
+    # every plot on the page (2 Sampson + 6 pixel bars, 6 horizon curves, the loss curve) loaded
+    assert len(status["images"]) == (out / "report.html").read_text().count("<img") == 15 and all(status["images"])
     assert len(status["videos"]) >= 6
     for v in status["videos"]:
         assert v["error"] is None and v["ready"] >= 2 and v["w"] > 0, status
