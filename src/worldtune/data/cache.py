@@ -101,10 +101,11 @@ class LatentCache:
                 )
 
 
-def resolve_text_kind(kind: str, family: str) -> str:
+def resolve_text_kind(kind: str, spec) -> str:
+    """'auto' -> the projected embedding where the model has a projection to cache, else the raw one."""
     if kind == "auto":
-        return "projected" if family == "predict2.5" else "raw"
-    if kind == "projected" and family != "predict2.5":
+        return "projected" if spec.has_text_projection else "raw"
+    if kind == "projected" and not spec.has_text_projection:
         raise DatasetError("cache.text = 'projected' exists only for Predict2.5 (it has crossattn_proj); use 'raw'")
     return kind
 
@@ -162,7 +163,7 @@ def run(cfg) -> dict[str, Any]:
                                device=device, seed=cfg.model.seed, revision=cfg.model.revision,
                                random_weights=cfg.model.random_weights)
     encode_row, keys_of, extra = _row_encoder(ccfg.dataset, info, pipe.vae)
-    text_kind = resolve_text_kind(ccfg.text, spec.family)
+    text_kind = resolve_text_kind(ccfg.text, spec)
     settings = cache_settings(cfg, info, spec, text_kind)
     out = Path(ccfg.out) if ccfg.out else default_cache_dir(ccfg.dataset, settings["key"])
     with OutputLock(out, "cache"):  # one live run per cache folder

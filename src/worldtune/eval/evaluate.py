@@ -239,10 +239,9 @@ def run_pixels(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str]) -> di
     jobs = [(e.key, _source(e), _source(truth[(e.run, e.name)]), cfg.pixel_start, wanted)
             for e in entries if not e.reference and (e.run, e.name) in truth]
     out: dict[str, dict[str, Any]] = {}
-    from worldtune.eval.sampson import _map
+    from worldtune.eval.progress import map_processes
 
-    for key, row in _map(_pixels_one, jobs, cfg.workers, True, "pixel metrics",
-                         lambda: [_pixels_one(*j) for j in jobs]):
+    for key, row in map_processes(_pixels_one, jobs, cfg.workers, "pixel metrics"):
         out[key] = row
     for e in entries:  # every generated video without a real clip says why its cells are empty
         if not e.reference and e.key not in out:

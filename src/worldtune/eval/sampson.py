@@ -30,9 +30,7 @@ medians; across videos: statistics of each video's median. Bands: < 1 px excelle
 from __future__ import annotations
 
 import math
-import multiprocessing
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
@@ -44,7 +42,7 @@ from worldtune.errors import EvaluationError, WorldtuneError
 from worldtune.eval.correspondences import NO_FEATURES, Features, SiftMatcher, track
 from worldtune.eval.epipolar import (FitSettings, cross_fitted_distances, distinct, fundamental_from_cameras,
                                      robust_fundamental, sampson_distance)
-from worldtune.eval.progress import progress_bar
+from worldtune.eval.progress import map_processes
 from worldtune.eval.rig import Reference, boxes_mask, camera_fixed_mask, estimate_pair_reference, pair_key
 
 GEOMETRIES = ("auto", "calibrated", "reference", "selffit")
@@ -433,14 +431,14 @@ class SampsonError:
         forked), so a script calling this needs the usual `if __name__ == "__main__":` guard.
         """
         refs = list(references) if references is not None else [None] * len(sources)
-        return _map(_score_one, [(self.cfg, s, r) for s, r in zip(sources, refs)], workers, progress, "Sampson error",
-                    lambda: [self.score_source(s, r) for s, r in zip(sources, refs)])
+        return map_processes(_score_one, [(self.cfg, s, r) for s, r in zip(sources, refs)], workers, "Sampson error",
+                             progress)
 
     def reference_many(self, sources: Sequence["VideoSource"], bases: Sequence[Reference | None], workers: int = 1,
                        progress: bool = True) -> list[Reference | None]:
         """References of many real clips (once per input, before the generated videos are scored)."""
-        return _map(_reference_one, [(self.cfg, s, b) for s, b in zip(sources, bases)], workers, progress,
-                    "rig reference", lambda: [self.reference_source(s, b) for s, b in zip(sources, bases)])
+        return map_processes(_reference_one, [(self.cfg, s, b) for s, b in zip(sources, bases)], workers,
+                             "rig reference", progress)
 
 
 def trimmed(d: np.ndarray, gate: float, min_support: int) -> np.ndarray:
@@ -463,33 +461,6 @@ def trimmed(d: np.ndarray, gate: float, min_support: int) -> np.ndarray:
             break
         near = kept
     return near
-
-
-def _map(fn, args: list[tuple], workers: int, progress: bool, title: str, serial) -> list:
-    """fn over args in spawned processes (one OpenCV thread each) with a progress bar."""
-    results: dict[int, Any] = {}
-    with progress_bar(len(args), title, enabled=progress) as advance:
-        if workers <= 1 or len(args) <= 1:
-            out = []
-            for a in args:
-                out.append(fn(*a))
-                advance()
-            return out
-        # spawn, not fork: a forked child inherits OpenCV's thread pool locks and can deadlock
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as pool:
-            futures = {pool.submit(fn, *a): i for i, a in enumerate(args)}
-            for fut in as_completed(futures):
-                results[futures[fut]] = fut.result()
-                advance()
-    return [results[i] for i in range(len(args))]
-
-
-def _worker_init() -> None:
-    """One OpenCV thread per process: parallelism comes from processes, not from oversubscription."""
-    import cv2
-
-    cv2.setNumThreads(1)
 
 
 def _score_one(cfg: SampsonConfig, source: "VideoSource", reference: Reference | None) -> VideoScore:

@@ -102,11 +102,11 @@ def run(cfg: WorldtuneConfig) -> Path:
     mine = shard(items, rank, world, key=lambda i: i.name)
 
     pipe, spec = _load_model(cfg, device)
-    if spec.family == "predict2" and g.mode == "text2world":
-        raise GenerationError(f"{spec.name}: Cosmos-Predict2 Video2World has no text2world mode; use image2world")
+    if g.mode not in spec.modes:
+        raise GenerationError(f"{spec.name}: this model has no {g.mode} mode; use one of {', '.join(spec.modes)}")
     layout = g.layout if g.layout is not None else inputs.layout
     roles = separate_roles(layout)  # camera views kept separate: the multi-view model
-    if roles and spec.family != "predict2.5":
+    if roles and not spec.own_sampler:
         raise GenerationError(f"{spec.name}: multi-view generation (separate-views inputs) needs a Cosmos-Predict2.5 model")
     adapters = _check_adapters(g, pipe.transformer, spec.family)  # before anything is generated
     check_adapters_for_views(adapters, roles)
@@ -234,7 +234,7 @@ def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.dev
     if height % 16 or width % 16 or (frames - 1) % 4:
         raise GenerationError(f"{inputs.source}: size {height}x{width}x{frames} frames does not fit the model "
                               f"(height and width multiples of 16, frames 4k+1); set generate.height/width/num_frames")
-    ours = g.sampler == "worldtune" and spec.family == "predict2.5"  # Predict2's pipeline differs: use it as is
+    ours = g.sampler == "worldtune" and spec.own_sampler  # Predict2's pipeline differs: use it as is
     if multiview:
         if g.mode != "image2world":
             raise GenerationError(f"{inputs.source}: the multi-view model generates image2world only (one first frame "

@@ -121,6 +121,22 @@ class ModelSpec:
         """Predict2 passes fps to the rotary embedding; Predict2.5's pipeline does not."""
         return self.family == "predict2"
 
+    @property
+    def has_text_projection(self) -> bool:
+        """Predict2.5 projects the text embedding in the transformer (crossattn_proj), so its output can be cached."""
+        return self.family == "predict2.5"
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """Generation modes its pipeline offers: Predict2's Video2World has no text2world."""
+        return ("image2world", "video2world") if self.family == "predict2" else ("text2world", "image2world", "video2world")
+
+    @property
+    def own_sampler(self) -> bool:
+        """Whether worldtune's sampler (and with it multi-view generation) covers this family: Predict2.5 only;
+        Predict2 runs through its own pipeline as is."""
+        return self.family == "predict2.5"
+
 
 SPECS: dict[str, ModelSpec] = {
     spec.name: spec

@@ -92,7 +92,7 @@ def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
         return None, DecodedClips(tc.dataset, rows, frames, "train"), DecodedClips(tc.dataset, rows, frames, "val"), info
     path = Path(tc.cache) if tc.cache not in (None, "auto") else None
     if path is None:  # prefer the projected cache for adapters; full fine-tuning needs raw embeddings
-        kinds = ["raw"] if tc.mode == "full" else [resolve_text_kind("auto", spec.family), "raw"]
+        kinds = ["raw"] if tc.mode == "full" else [resolve_text_kind("auto", spec), "raw"]
         found = [default_cache_dir(tc.dataset, cache_settings(cfg, info, spec, k)["key"]) for k in kinds]
         path = next((p for p in found if p.is_dir()), found[0])
     cache = LatentCache(path)
