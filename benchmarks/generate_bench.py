@@ -9,7 +9,7 @@ on CUDA; the 7B text encoder is skipped and replaced by random prompt embeddings
   pipeline_flash  the same with SDPA pinned to the flash kernel instead of PyTorch's pick (cuDNN on an
             H200): another correct bf16 attention, so its difference from `pipeline` is the bf16 noise
             floor against which the other variants' differences are read
-  batched   worldtune.infer.sampler: cond and uncond in one batch-2 DiT call per step, only the
+  batched   worldtune.models.predict_sampler: cond and uncond in one batch-2 DiT call per step, only the
             conditioning frame VAE-encoded
   fused     + per-frame adaLN (models/speed.py)
   fast      + every transformer block torch.compile'd (CUDA only): what `worldtune generate` runs on CUDA
@@ -126,7 +126,7 @@ def run_variant(name: str, pipe, args, frames: np.ndarray, pos, neg, steps: int,
     """One video; returns (video float [T,H,W,3], seconds, VAE encode times, VAE decode times)."""
     from PIL import Image
 
-    from worldtune.infer import sampler
+    from worldtune.models import predict_sampler as sampler
     from worldtune.infer.generate import initial_noise
 
     h, w, f = args.height, args.width, args.frames

@@ -119,9 +119,9 @@ class LoraConfig(Section):
     rank: int = Field(32, description="LoRA rank")
     alpha: float | None = Field(None, description="LoRA alpha; None = rank (scale alpha/rank = 1)")
     dropout: float = Field(0.0, description="LoRA dropout")
-    targets: list[str] = Field(
-        default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"],
-        description="Linear module names that get adapters")
+    targets: list[str] | None = Field(
+        None, description="Linear module names that get adapters; None = the model family's (`worldtune model info` "
+                          "lists them)")
     init: Literal["default", "gaussian"] = Field("default", description="peft's init of the adapter weights")
 
     @field_validator("rank")

@@ -46,7 +46,7 @@ def test_three_views_written_and_scored(tiny_pipe, tmp_path):
 
 
 def test_one_view_equals_single_view_sampler(tiny_pipe):
-    from worldtune.infer.sampler import decode, denoise, prepare
+    from worldtune.models.predict_sampler import decode, denoise, prepare
 
     frame = random_frames(1, seed=3)
     mv = MultiViewTransformer(tiny_pipe.transformer, 1, roles=["cam"])

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from tests.infer.conftest import F, H, W, random_frames
-from worldtune.infer import sampler
+from worldtune.models import predict_sampler as sampler
 from worldtune.infer.generate import initial_noise
 
 STEPS = 3

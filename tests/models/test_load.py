@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from worldtune.errors import ModelError
+from worldtune.models.family import family_of
 from worldtune.models.load import (
     fingerprint, init_model_dir, load_pipeline, load_transformer, model_id, resolve_spec)
 
@@ -42,7 +43,7 @@ def test_model_dir_is_complete_and_self_describing(model_dir):
 def test_predict2_tiny_dir_loads(tmp_path):
     d = init_model_dir("tiny-predict2", tmp_path / "p2")
     pipe, spec = load_pipeline(path=str(d))
-    assert type(pipe).__name__ == "Cosmos2VideoToWorldPipeline" and spec.uses_fps
+    assert type(pipe).__name__ == "Cosmos2VideoToWorldPipeline" and family_of(spec).uses_fps
     out = pipe(prompt="a robot", height=64, width=112, num_frames=9, num_inference_steps=2, guidance_scale=3.0,
                output_type="np", generator=torch.Generator().manual_seed(0), max_sequence_length=128, fps=16,
                image=np.zeros((64, 112, 3), np.uint8)).frames

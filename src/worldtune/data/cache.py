@@ -101,15 +101,6 @@ class LatentCache:
                 )
 
 
-def resolve_text_kind(kind: str, spec) -> str:
-    """'auto' -> the projected embedding where the model has a projection to cache, else the raw one."""
-    if kind == "auto":
-        return "projected" if spec.has_text_projection else "raw"
-    if kind == "projected" and not spec.has_text_projection:
-        raise DatasetError("cache.text = 'projected' exists only for Predict2.5 (it has crossattn_proj); use 'raw'")
-    return kind
-
-
 def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> dict[str, Any]:
     """The identity a cache is keyed and checked by."""
     from worldtune.models.load import model_id
@@ -154,6 +145,7 @@ def run(cfg) -> dict[str, Any]:
     from rich.table import Table
 
     from worldtune.data.dataset import read_dataset
+    from worldtune.models.family import family_of
     from worldtune.models.load import load_pipeline
 
     ccfg = cfg.cache
@@ -163,7 +155,8 @@ def run(cfg) -> dict[str, Any]:
                                device=device, seed=cfg.model.seed, revision=cfg.model.revision,
                                random_weights=cfg.model.random_weights)
     encode_row, keys_of, extra = _row_encoder(ccfg.dataset, info, pipe.vae)
-    text_kind = resolve_text_kind(ccfg.text, spec)
+    family = family_of(spec)
+    text_kind = family.resolve_text_kind(ccfg.text)
     settings = cache_settings(cfg, info, spec, text_kind)
     out = Path(ccfg.out) if ccfg.out else default_cache_dir(ccfg.dataset, settings["key"])
     with OutputLock(out, "cache"):  # one live run per cache folder
@@ -194,8 +187,8 @@ def run(cfg) -> dict[str, Any]:
         tshard = len(list(out.glob("text-*.safetensors")))
         for start in track(range(0, len(todo_p), ccfg.batch_size), description="text embeddings", transient=True):
             batch = todo_p[start:start + ccfg.batch_size]
-            emb = encode_prompts(pipe, spec, batch, text_kind)
-            _atomic_save({prompt_key(p): e.to(store) for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
+            emb = family.encode_prompts(pipe, batch, text_kind)
+            _atomic_save({prompt_key(p): e.to(store) if e.is_floating_point() else e for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
             tshard += 1
         summary = {"cache": str(out), "clips": len(manifest), "views": ",".join(extra.get("views", [])) or "packed",
                    "encoded": len(todo) - len(failed), "already": len(manifest) - len(todo), "failed": len(failed),
@@ -209,14 +202,3 @@ def run(cfg) -> dict[str, Any]:
     for f in failed:
         Console(stderr=True).print(f"[yellow]skipped[/] {f}")
     return summary
-
-
-@torch.no_grad()
-def encode_prompts(pipe, spec, prompts: list[str], text_kind: str) -> torch.Tensor:
-    """Text embeddings exactly as the pipeline computes them, optionally through crossattn_proj."""
-    emb, _ = pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
-                                max_sequence_length=spec.max_sequence_length)
-    if text_kind == "projected":
-        proj = pipe.transformer.crossattn_proj
-        emb = proj(emb.to(next(proj.parameters()).dtype))
-    return emb.float()

@@ -41,6 +41,8 @@ from worldtune.infer.prompts import PromptEmbeddings
 from worldtune.infer.sharding import process_index, shard
 from worldtune.infer.views import layout_roles, split_views
 from worldtune.lock import OutputLock
+from worldtune.models.family import family_of
+from worldtune.models.latents import initial_noise, to_uint8
 from worldtune.names import safe_name
 
 BASE_LABEL = "base"
@@ -63,7 +65,7 @@ class Settings:
     cond_timestep: float
     resize: str
     max_sequence_length: int
-    sampler: str  # "worldtune" (infer/sampler.py), "pipeline" (the diffusers call) or "multiview" (infer/multiview.py)
+    sampler: str  # "worldtune" (models/predict_sampler.py), "pipeline" (the diffusers call) or "multiview" (infer/multiview.py)
     batch_guidance: bool  # worldtune sampler: both guidance branches in one DiT call
     dtype: str
     device: str
@@ -102,11 +104,12 @@ def run(cfg: WorldtuneConfig) -> Path:
     mine = shard(items, rank, world, key=lambda i: i.name)
 
     pipe, spec = _load_model(cfg, device)
-    if g.mode not in spec.modes:
-        raise GenerationError(f"{spec.name}: this model has no {g.mode} mode; use one of {', '.join(spec.modes)}")
+    family = family_of(spec)
+    if g.mode not in family.modes:
+        raise GenerationError(f"{spec.name}: this model has no {g.mode} mode; use one of {', '.join(family.modes)}")
     layout = g.layout if g.layout is not None else inputs.layout
     roles = separate_roles(layout)  # camera views kept separate: the multi-view model
-    if roles and not spec.own_sampler:
+    if roles and not family.multiview:
         raise GenerationError(f"{spec.name}: multi-view generation (separate-views inputs) needs a Cosmos-Predict2.5 model")
     adapters = _check_adapters(g, pipe.transformer, spec.family)  # before anything is generated
     check_adapters_for_views(adapters, roles)
@@ -127,7 +130,7 @@ def run(cfg: WorldtuneConfig) -> Path:
         for job in resumed:
             stats[job.variant.label]["resumed"] += 1
         if jobs:
-            embeds = PromptEmbeddings(pipe, settings.max_sequence_length)
+            embeds = PromptEmbeddings(pipe, family, settings.max_sequence_length)
             embeds.encode_all([j.item.prompt for j in jobs] + ([settings.negative_prompt] if settings.guidance > 1 else []),
                               device)
             if adapters:
@@ -234,7 +237,7 @@ def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.dev
     if height % 16 or width % 16 or (frames - 1) % 4:
         raise GenerationError(f"{inputs.source}: size {height}x{width}x{frames} frames does not fit the model "
                               f"(height and width multiples of 16, frames 4k+1); set generate.height/width/num_frames")
-    ours = g.sampler == "worldtune" and spec.own_sampler  # Predict2's pipeline differs: use it as is
+    ours = g.sampler == "worldtune" and family_of(spec).own_sampler  # else the family's pipeline as is
     if multiview:
         if g.mode != "image2world":
             raise GenerationError(f"{inputs.source}: the multi-view model generates image2world only (one first frame "
@@ -290,56 +293,12 @@ def _plan(out: Path, g: GenerateConfig, variants: list[Variant], items: list[Gen
 
 
 # ------------------------------------------------------------------------------------ generation
-def initial_noise(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
-    """Unit Gaussian noise from a CPU generator: identical on every device and for every model variant."""
-    return torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
-
-
-def latent_shape(pipe, s: Settings) -> tuple[int, ...]:
-    c = pipe.transformer.config.in_channels - 1
-    t = (s.num_frames - 1) // pipe.vae_scale_factor_temporal + 1
-    return (1, c, t, s.height // pipe.vae_scale_factor_spatial, s.width // pipe.vae_scale_factor_spatial)
-
-
 @torch.no_grad()
-def generate_video(pipe, spec, s: Settings, frames: np.ndarray | None, prompt_embeds: torch.Tensor,
+def generate_video(pipe, family, s: Settings, frames: np.ndarray | None, prompt_embeds: torch.Tensor,
                    negative_embeds: torch.Tensor | None, seed: int) -> np.ndarray:
     """One video [T,H,W,3] float in [0,1] for conditioning frames, embeddings and a seed."""
-    noise = initial_noise(seed, latent_shape(pipe, s))
-    if s.sampler == "worldtune":
-        from worldtune.infer import sampler
-
-        cond = sampler.prepare(pipe, frames, noise, s.num_frames, s.height, s.width, s.cond_latent_frames,
-                               as_image=s.mode == "image2world")
-        latents = sampler.denoise(pipe, cond, prompt_embeds, negative_embeds, s.steps, s.guidance, s.cond_timestep,
-                                  batch_guidance=s.batch_guidance)
-        return sampler.decode(pipe, latents, s.num_frames)
-    return _pipeline_call(pipe, spec, s, frames, prompt_embeds, negative_embeds, noise, seed)
-
-
-def _pipeline_call(pipe, spec, s: Settings, frames, prompt_embeds, negative_embeds, noise, seed) -> np.ndarray:
-    """The diffusers pipeline itself, with our noise and cached embeddings."""
-    from PIL import Image
-
-    kw: dict[str, Any] = dict(prompt_embeds=prompt_embeds, negative_prompt_embeds=negative_embeds, latents=noise,
-                              generator=torch.Generator("cpu").manual_seed(seed), height=s.height, width=s.width,
-                              num_frames=s.num_frames, num_inference_steps=s.steps, guidance_scale=s.guidance,
-                              output_type="np", max_sequence_length=s.max_sequence_length)
-    if frames is not None and s.mode == "image2world":
-        kw["image"] = Image.fromarray(frames[0])
-    elif frames is not None:
-        kw["video"] = [Image.fromarray(f) for f in frames]
-    if spec.uses_fps:
-        kw["fps"] = s.fps  # what training passed: the clips' frame rate (the pipeline forwards it to the DiT)
-    else:
-        kw["conditional_frame_timestep"] = s.cond_timestep
-        if s.mode == "video2world":
-            kw["num_latent_conditional_frames"] = s.cond_latent_frames
-    return pipe(**kw).frames[0]
-
-
-def to_uint8(video: np.ndarray) -> np.ndarray:
-    return (np.clip(video, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+    noise = initial_noise(seed, family.latent_shape(pipe, s.num_frames, s.height, s.width))
+    return family.generate(pipe, s, frames, prompt_embeds, negative_embeds, noise, seed)
 
 
 def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbeddings, out: Path, rank: int,
@@ -387,7 +346,7 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
                     s.cond_timestep).items()}
                 video = mosaic(views)
             else:
-                video = to_uint8(generate_video(pipe, spec, s, cached[1], pos, neg, job.seed))
+                video = to_uint8(generate_video(pipe, family_of(spec), s, cached[1], pos, neg, job.seed))
                 views = split_views(video, layout)
             elapsed = time.perf_counter() - t0
             row = _write_outputs(out, job, video, views, s, layout, base_fp, cfg, elapsed)

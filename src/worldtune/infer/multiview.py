@@ -2,7 +2,7 @@
 
 The algorithm is `Cosmos2_5_PredictBasePipeline.__call__`'s (image-to-world) with the views
 stacked along time: each view's first frame is encoded by the VAE on its own (the pipeline's
-`prepare_latents`, via `worldtune.infer.sampler.prepare`), the V conditionings are concatenated,
+`prepare_latents`, via `worldtune.models.predict_sampler.prepare`), the V conditionings are concatenated,
 and one DiT call per step denoises all views together:
 
     x_in = m·x_cond + (1 − m)·x,   t_in = m·t_cond + (1 − m)·σ_i       m: first latent frame of EVERY view
@@ -67,8 +67,8 @@ def denoise_views(pipe, mv_model, first_frames: dict[str, np.ndarray], prompt_em
     First frames are [1,H,W,3] uint8 (or [H,W,3]) at the generation size, keyed by role; the
     embeddings are the prompt's and (guidance > 1) the negative prompt's, [1, L, D].
     """
-    from worldtune.infer.generate import initial_noise
-    from worldtune.infer.sampler import decode, prepare
+    from worldtune.models.latents import initial_noise
+    from worldtune.models.predict_sampler import decode, prepare
 
     roles = _roles(mv_model, first_frames)
     _check_size(height, width, num_frames)
@@ -126,7 +126,7 @@ def generate_multiview(pipe, mv_model, first_frames: dict[str, np.ndarray], prom
     """
     import time
 
-    from worldtune.infer.generate import to_uint8
+    from worldtune.models.latents import to_uint8
 
     t0 = time.perf_counter()
     roles = _roles(mv_model, first_frames)

@@ -13,10 +13,11 @@ import torch
 
 
 class PromptEmbeddings:
-    """prompt text -> embedding [1, L, D] on the CPU, filled by `encode_all`."""
+    """prompt text -> its conditioning (an embedding [1, L, D], or text-token ids) on the CPU, filled by `encode_all`."""
 
-    def __init__(self, pipe, max_sequence_length: int) -> None:
+    def __init__(self, pipe, family, max_sequence_length: int) -> None:
         self.pipe = pipe
+        self.family = family
         self.max_sequence_length = max_sequence_length
         self._cache: dict[str, torch.Tensor] = {}
 
@@ -27,13 +28,14 @@ class PromptEmbeddings:
     def encode_all(self, prompts: list[str], device: torch.device | str) -> None:
         """Encode every prompt not cached yet (the text encoder runs on `device`), then park the encoder on the CPU."""
         todo = [p for p in dict.fromkeys(prompts) if p not in self._cache]
+        encoder = self.family.text_encoder(self.pipe)
         if todo:
-            self.pipe.text_encoder.to(device)
+            if encoder is not None:
+                encoder.to(device)
             for p in todo:
-                emb, _ = self.pipe.encode_prompt(p, do_classifier_free_guidance=False, device=torch.device(device),
-                                                 max_sequence_length=self.max_sequence_length)
-                self._cache[p] = emb.to("cpu")
-        self.pipe.text_encoder.to("cpu")
+                self._cache[p] = self.family.encode_prompts(self.pipe, [p], "raw", device, self.max_sequence_length).to("cpu")
+        if encoder is not None:
+            encoder.to("cpu")
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

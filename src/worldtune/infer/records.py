@@ -46,7 +46,6 @@ def write_info(out: Path, layout: dict[str, Any] | None, fps: float, dataset: st
 
     `dataset`: the prepared dataset the inputs came from, so evaluation finds its cameras.
     """
-    from worldtune.atomic import atomic_write_bytes
 
     path = out / "info.json"
     info = {"format": FORMAT, "version": VERSION, "layout": layout, "fps": fps, "dataset": dataset}

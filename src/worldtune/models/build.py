@@ -32,47 +32,31 @@ class NoOpSafetyChecker:
         return video
 
 
-def _seeded(seed: int | None):
-    return torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
+@contextlib.contextmanager
+def seeded(seed: int | None):
+    """Build under a fixed seed without disturbing the caller's random state (None: the current state)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 def build_transformer(spec: ModelSpec, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
-    """The DiT of a spec. On the meta device no memory is allocated (for counting and planning)."""
-    from diffusers import CosmosTransformer3DModel
+    """The transformer of a spec. On the meta device no memory is allocated (for counting and planning)."""
+    from worldtune.models.family import family_of
 
-    with torch.device(device):
-        model = CosmosTransformer3DModel(**spec.transformer)
-    return model.to(dtype=dtype) if str(device) != "meta" else model
+    return family_of(spec).build_transformer(device, dtype)
 
 
 def build_vae(spec: ModelSpec, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+    """The Wan VAE of a spec (Wan2.1 for Predict, the 48-channel Wan2.2 for Cosmos 3)."""
     from diffusers import AutoencoderKLWan
 
     with torch.device(device):
         vae = AutoencoderKLWan(**spec.vae)
     return vae.to(dtype=dtype) if str(device) != "meta" else vae
-
-
-def build_text_encoder(spec: ModelSpec, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
-    if spec.text_encoder_kind == "qwen2.5-vl":
-        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-        cfg = Qwen2_5_VLConfig(**spec.text_encoder)
-        with torch.device(device):
-            model = Qwen2_5_VLForConditionalGeneration(cfg)
-    else:
-        from transformers import T5Config, T5EncoderModel
-
-        with torch.device(device):
-            model = T5EncoderModel(T5Config(**spec.text_encoder))
-    model.eval()
-    return model.to(dtype=dtype) if str(device) != "meta" else model
-
-
-def build_tokenizer(spec: ModelSpec):
-    from worldtune.models.tokenizer import build_qwen_tokenizer, build_t5_tokenizer
-
-    return build_qwen_tokenizer() if spec.text_encoder_kind == "qwen2.5-vl" else build_t5_tokenizer()
 
 
 def build_scheduler(spec: ModelSpec):
@@ -82,22 +66,14 @@ def build_scheduler(spec: ModelSpec):
 
 
 def pipeline_class(spec: ModelSpec):
-    import diffusers
+    from worldtune.models.family import family_of
 
-    return getattr(diffusers, spec.pipeline_class)
+    return family_of(spec).pipeline_type()
 
 
 def build_pipeline(spec: ModelSpec, seed: int | None = 0, device: str = "cpu", dtype: torch.dtype = torch.float32):
     """A complete random-initialised pipeline (every component) for a spec, reproducible from `seed`."""
-    with _seeded(seed):
-        if seed is not None:
-            torch.manual_seed(seed)
-        components = dict(
-            transformer=build_transformer(spec, device, dtype),
-            vae=build_vae(spec, device, torch.float32 if spec.tiny else dtype),
-            text_encoder=build_text_encoder(spec, device, dtype),
-        )
-    return pipeline_class(spec)(
-        **components, tokenizer=build_tokenizer(spec), scheduler=build_scheduler(spec),
-        safety_checker=NoOpSafetyChecker(),
-    )
+    from worldtune.models.family import family_of
+
+    with seeded(seed):
+        return family_of(spec).build_pipeline(device, dtype)

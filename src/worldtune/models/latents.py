@@ -48,3 +48,13 @@ def pixels_to_frames(pixels: torch.Tensor) -> np.ndarray:
     """[3, F, H, W] in [-1, 1] -> uint8 [F, H, W, 3]."""
     x = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
     return x.permute(1, 2, 3, 0).cpu().numpy()
+
+
+def initial_noise(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """Unit Gaussian noise from a CPU generator: identical on every device and for every model variant."""
+    return torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
+
+
+def to_uint8(video: np.ndarray) -> np.ndarray:
+    """A float video in [0, 1] (what pipelines return) as uint8 frames."""
+    return (np.clip(video, 0.0, 1.0) * 255.0).round().astype(np.uint8)

@@ -20,8 +20,9 @@ import torch
 
 from worldtune.atomic import atomic_write_json
 from worldtune.errors import ModelError
-from worldtune.models.build import NoOpSafetyChecker, build_pipeline, build_transformer, pipeline_class
-from worldtune.models.registry import PIPELINE_TO_FAMILY, SPECS, ModelSpec, get_spec
+from worldtune.models.build import NoOpSafetyChecker, build_pipeline, build_transformer, pipeline_class, seeded
+from worldtune.models.family import family_by_pipeline, supported_pipelines
+from worldtune.models.registry import SPECS, ModelSpec, get_spec
 
 SIDECAR = "worldtune_model.json"  # written by `model init`: which spec a directory was built from
 DEFAULT_SPEC = "tiny-predict2.5"
@@ -77,11 +78,8 @@ def check_model_dir(path: str | Path) -> dict[str, Any]:
         )
     meta = _read_json(index)
     cls = meta.get("_class_name")
-    if cls not in PIPELINE_TO_FAMILY:
-        raise ModelError(
-            f"{root} holds a {cls} pipeline; worldtune supports {', '.join(PIPELINE_TO_FAMILY)} "
-            f"(Cosmos Predict 2.5 and Predict2 Video2World)"
-        )
+    if family_by_pipeline(cls) is None:
+        raise ModelError(f"{root} holds a {cls} pipeline; worldtune supports {', '.join(supported_pipelines())}")
     if not (root / "transformer" / "config.json").is_file():
         raise ModelError(f"{root}/transformer/config.json is missing: the directory is incomplete")
     return meta
@@ -91,7 +89,7 @@ def spec_from_dir(path: str | Path) -> ModelSpec:
     """A spec describing a model directory: its family's defaults with the transformer config on disk."""
     root = Path(path)
     meta = check_model_dir(root)
-    family = PIPELINE_TO_FAMILY[meta["_class_name"]]
+    family = family_by_pipeline(meta["_class_name"])
     sidecar = root / SIDECAR
     if sidecar.is_file():
         base = get_spec(_read_json(sidecar)["spec"])
@@ -135,7 +133,8 @@ def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: st
         except (OSError, ValueError, KeyError) as e:
             raise ModelError(f"{root}: cannot load the pipeline ({str(e).splitlines()[0]})") from None
     pipe.transformer.to(dtype=DTYPES[dtype])
-    pipe.text_encoder.to(dtype=DTYPES[dtype])
+    if getattr(pipe, "text_encoder", None) is not None:  # Cosmos 3 embeds text tokens itself
+        pipe.text_encoder.to(dtype=DTYPES[dtype])
     pipe.vae.to(dtype=DTYPES[vae_dtype])
     pipe.to(device)
     return pipe, spec
@@ -144,20 +143,20 @@ def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: st
 def load_transformer(name: str | None = None, path: str | None = None, *, dtype: str = "fp32",
                      device: str | torch.device = "cpu", seed: int = 0, revision: str | None = None,
                      random_weights: bool = False):
-    """Only the DiT (training from caches never needs the VAE or the text encoder)."""
-    from diffusers import CosmosTransformer3DModel
+    """Only the transformer (training from caches never needs the VAE or the text encoder)."""
+    from worldtune.models.family import family_of
 
     path = local_model_path(path, revision)
     spec = resolve_spec(name, path)
     root = path or (name if name and Path(name).is_dir() else None)
     if root is None:
         _check_random_allowed(spec, random_weights)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded(seed):
             model = build_transformer(spec)
     else:
         try:
-            model = CosmosTransformer3DModel.from_pretrained(root, subfolder="transformer", local_files_only=True)
+            model = family_of(spec).transformer_type().from_pretrained(root, subfolder="transformer",
+                                                                        local_files_only=True)
         except (OSError, ValueError) as e:
             raise ModelError(f"{root}/transformer: cannot load ({str(e).splitlines()[0]})") from None
     return model.to(device=device, dtype=DTYPES[dtype]), spec

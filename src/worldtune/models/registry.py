@@ -92,7 +92,7 @@ class ModelSpec:
     """Everything worldtune needs to know about one model, independent of its weights."""
 
     name: str
-    family: Literal["predict2.5", "predict2"]
+    family: str  # a models.family.ModelFamily name: "predict2.5", "predict2", "cosmos3"
     pipeline_class: str
     text_encoder_kind: TextEncoderKind
     transformer: dict[str, Any]
@@ -115,27 +115,6 @@ class ModelSpec:
         """Width of the embedding the text encoder hands to the transformer (before any projection)."""
         t = self.transformer
         return t["crossattn_proj_in_channels"] if t.get("use_crossattn_projection") else t["text_embed_dim"]
-
-    @property
-    def uses_fps(self) -> bool:
-        """Predict2 passes fps to the rotary embedding; Predict2.5's pipeline does not."""
-        return self.family == "predict2"
-
-    @property
-    def has_text_projection(self) -> bool:
-        """Predict2.5 projects the text embedding in the transformer (crossattn_proj), so its output can be cached."""
-        return self.family == "predict2.5"
-
-    @property
-    def modes(self) -> tuple[str, ...]:
-        """Generation modes its pipeline offers: Predict2's Video2World has no text2world."""
-        return ("image2world", "video2world") if self.family == "predict2" else ("text2world", "image2world", "video2world")
-
-    @property
-    def own_sampler(self) -> bool:
-        """Whether worldtune's sampler (and with it multi-view generation) covers this family: Predict2.5 only;
-        Predict2 runs through its own pipeline as is."""
-        return self.family == "predict2.5"
 
 
 SPECS: dict[str, ModelSpec] = {
@@ -172,9 +151,6 @@ SPECS: dict[str, ModelSpec] = {
         ),
     ]
 }
-
-PIPELINE_TO_FAMILY = {"Cosmos2_5_PredictBasePipeline": "predict2.5", "Cosmos2VideoToWorldPipeline": "predict2"}
-
 
 def get_spec(name: str) -> ModelSpec:
     """Look a spec up by name, with the known names in the error."""

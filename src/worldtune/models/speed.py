@@ -167,10 +167,13 @@ def _configure_block(block: torch.nn.Module, **settings: Any) -> None:
                      "apply the speed switches before other patches")
 
 
-def _blocks(transformer: torch.nn.Module):
-    blocks = getattr(transformer, "transformer_blocks", None)
-    if blocks is None:
-        raise ModelError(f"{type(transformer).__name__} has no transformer_blocks: speed switches need a Cosmos DiT")
+def repeated_blocks(transformer: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer's repeated blocks, in order: the modules diffusers never splits across devices
+    (`_no_split_modules`), which are the units of checkpointing, compiling and FSDP sharding."""
+    names = set(getattr(transformer, "_no_split_modules", None) or ())
+    blocks = [m for m in transformer.modules() if type(m).__name__ in names]
+    if not blocks:
+        raise ModelError(f"{type(transformer).__name__} declares no repeated blocks (_no_split_modules)")
     return blocks
 
 
@@ -237,7 +240,7 @@ def _fused_model_forward(self, hidden_states: torch.Tensor, timestep: torch.Tens
 # ------------------------------------------------------------------------------------- switches
 def fuse_adaln_per_frame(transformer: torch.nn.Module) -> None:
     """Compute the adaLN-LoRA modulations per frame instead of per token (same outputs, fewer FLOPs)."""
-    for block in _blocks(transformer):
+    for block in repeated_blocks(transformer):
         _configure_block(block, fused=True)
     transformer.forward = types.MethodType(_fused_model_forward, transformer)
 
@@ -245,13 +248,13 @@ def fuse_adaln_per_frame(transformer: torch.nn.Module) -> None:
 def set_attention(transformer: torch.nn.Module, name: str | None) -> None:
     """Pin SDPA to one kernel in every block (forward, backward and checkpoint recompute)."""
     sdpa_backend(name)  # validate
-    for block in _blocks(transformer):
+    for block in repeated_blocks(transformer):
         _configure_block(block, attention=name)
 
 
 def compile_blocks(transformer: torch.nn.Module, mode: str | None = None) -> int:
     """Regional `torch.compile`: each block compiled in place (one shared graph); returns the count."""
-    blocks = _blocks(transformer)
+    blocks = repeated_blocks(transformer)
     for block in blocks:
         block.compile(mode=mode, dynamic=False)
     return len(blocks)
@@ -325,7 +328,7 @@ def apply_selective_checkpointing(transformer: torch.nn.Module, blocks: list[int
     Same wrapper shape as the trainer's `apply_checkpointing` (use one or the other per block);
     names and state dicts are unchanged.
     """
-    all_blocks = _blocks(transformer)
+    all_blocks = repeated_blocks(transformer)
     for i in blocks:
         block = all_blocks[i]
         block.forward = functools.partial(_selective_checkpoint, block.forward)

@@ -26,26 +26,30 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
             return model
 
 
-def lora_config(mode: str, lora) -> Any:
+def lora_config(mode: str, lora, targets: tuple[str, ...]) -> Any:
     from peft import LoraConfig
 
     return LoraConfig(
         r=lora.rank, lora_alpha=lora.alpha if lora.alpha is not None else lora.rank, lora_dropout=lora.dropout,
-        target_modules=list(lora.targets), use_dora=(mode == "dora"),
+        target_modules=list(targets), use_dora=(mode == "dora"),
         init_lora_weights="gaussian" if lora.init == "gaussian" else True,
     )
 
 
-def apply_training_mode(transformer: torch.nn.Module, mode: str, lora) -> list[torch.nn.Parameter]:
-    """Freeze what does not train, add adapters if asked, and return the trainable parameters."""
+def apply_training_mode(transformer: torch.nn.Module, mode: str, lora,
+                        family_targets: tuple[str, ...] = ()) -> list[torch.nn.Parameter]:
+    """Freeze what does not train, add adapters if asked, and return the trainable parameters.
+
+    Adapters go on `lora.targets`, or where unset on the model family's targets."""
+    targets = tuple(lora.targets or family_targets)
     transformer.requires_grad_(False)
     if mode == "full":
         transformer.requires_grad_(True)
         return [p for p in transformer.parameters()]
-    transformer.add_adapter(lora_config(mode, lora), adapter_name=ADAPTER_NAME)
+    transformer.add_adapter(lora_config(mode, lora, targets), adapter_name=ADAPTER_NAME)
     params = [p for n, p in transformer.named_parameters() if "lora_" in n]
     if not params:
-        raise ConfigError(f"train.lora.targets {list(lora.targets)} match no module of the transformer")
+        raise ConfigError(f"train.lora.targets {list(targets)} match no module of the transformer")
     for p in params:
         p.data = p.data.float()
         p.requires_grad_(True)

@@ -1,7 +1,7 @@
 """Exports in the formats diffusers loads.
 
 LoRA / DoRA: `pytorch_lora_weights.safetensors` with the adapter config (alpha, rank, DoRA,
-targets) in its metadata, which `Cosmos2_5_PredictBasePipeline.load_lora_weights` and
+targets) in its metadata, which the pipelines' `load_lora_weights` (where a family has one) and
 `transformer.load_lora_adapter` read — without it a reload would assume alpha = rank. Full
 fine-tunes: a diffusers `transformer/` folder. `worldtune export CKPT OUT [--fuse]` turns any
 checkpoint into these, fusing an adapter into the base weights on request.
@@ -10,37 +10,50 @@ checkpoint into these, fusing an adapter into the base weights on request.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from worldtune.atomic import atomic_write_json
 from worldtune.errors import CheckpointError
 
-LORA_FILE = "pytorch_lora_weights.safetensors"
-
-
-def save_lora(out: str | Path, state_dict: dict[str, torch.Tensor], metadata: dict[str, Any], spec,
-              base_fingerprint: str) -> Path:
-    from diffusers import Cosmos2_5_PredictBasePipeline
+def save_adapter(out: str | Path, transformer: torch.nn.Module, spec, base_fingerprint: str) -> Path:
+    """The trained adapter of `transformer` as its model family writes it, plus worldtune_adapter.json
+    (the base model it belongs to, checked when it is loaded)."""
+    from worldtune.models.family import family_of
+    from worldtune.train.adapters import adapter_metadata, peft_state_dict
 
     out = Path(out)
-    Cosmos2_5_PredictBasePipeline.save_lora_weights(
-        out, transformer_lora_layers={k: v.detach().float().cpu() for k, v in state_dict.items()},
-        transformer_lora_adapter_metadata=metadata, safe_serialization=True)
+    metadata = adapter_metadata(transformer)
+    family = family_of(spec)
+    path = family.save_adapter(out, peft_state_dict(transformer), metadata)
     atomic_write_json(out / "worldtune_adapter.json", {
-        "base_model": spec.name, "family": spec.family, "base_fingerprint": base_fingerprint,
-        "hidden_size": spec.transformer["num_attention_heads"] * spec.transformer["attention_head_dim"],
-        "num_layers": spec.transformer["num_layers"], "rank": metadata.get("r"),
+        **family.adapter_info(), "base_fingerprint": base_fingerprint, "rank": metadata.get("r"),
         "alpha": metadata.get("lora_alpha"), "use_dora": metadata.get("use_dora")})
-    return out / LORA_FILE
+    return path
+
+
+def save_consolidated(state: dict[str, torch.Tensor], cfg, out: Path,
+                      set_aside: dict[str, torch.nn.Module] | None = None) -> Path:
+    """A full state dict (e.g. gathered from FSDP shards) as a diffusers transformer folder; `set_aside`
+    holds submodules training did without (the family's prepare_for_text) that the saved model needs."""
+    from worldtune.models.build import build_transformer
+    from worldtune.models.load import resolve_spec
+
+    spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
+    model = build_transformer(spec, device="meta")
+    for name, module in (set_aside or {}).items():
+        state = {**state, **{f"{name}.{k}": v for k, v in module.state_dict().items()}}
+    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True, assign=True)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
 
 
 def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     """`worldtune export`: a checkpoint (or a run folder's newest) into diffusers files."""
     from worldtune.config import WorldtuneConfig
     from worldtune.models.load import fingerprint, load_pipeline, load_transformer, resolve_spec
-    from worldtune.train.adapters import adapter_metadata, apply_training_mode, peft_state_dict
+    from worldtune.models.family import family_of
+    from worldtune.train.adapters import apply_training_mode
     from worldtune.train.checkpoint import CheckpointManager
 
     source = CheckpointManager(checkpoint).resolve(checkpoint)
@@ -59,7 +72,7 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     fp = fingerprint(transformer)
     if fp != ck["state"]["base_fingerprint"]:
         raise CheckpointError(f"{source}: the base model at model.path/name is not the one it was trained on")
-    apply_training_mode(transformer, cfg.train.mode, cfg.train.lora)
+    apply_training_mode(transformer, cfg.train.mode, cfg.train.lora, family_of(spec).lora_targets)
     named = dict(transformer.named_parameters())
     with torch.no_grad():
         for k, v in ck.get("ema", ck["trainable"]).items():
@@ -77,7 +90,7 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
         transformer.save_pretrained(out_path / "transformer", safe_serialization=True)
         result = out_path / "transformer"
     else:
-        result = save_lora(out_path, peft_state_dict(transformer), adapter_metadata(transformer), spec, fp)
+        result = save_adapter(out_path, transformer, spec, fp)
     print(f"exported step {ck['state']['step']} of {source} to {result}")
     return result
 
@@ -85,7 +98,6 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
 def _export_sharded(source: Path, cfg, out: Path) -> Path:
     """Consolidate an FSDP (torch.distributed.checkpoint) checkpoint into a diffusers transformer folder."""
     from worldtune.train.dcp_reader import load_full
-    from worldtune.train.trainer import save_consolidated
 
     state = load_full(source / "dcp")["model"]
     result = save_consolidated(state, cfg, out / "transformer")

@@ -29,10 +29,14 @@ from worldtune.config import WorldtuneConfig, dump_config
 from worldtune.console import duration, is_terminal, plain
 from worldtune.errors import CheckpointError, ConfigError, DatasetError
 from worldtune.train.adapters import (
-    adapter_metadata, apply_training_mode, peft_state_dict, trainable_state_dict, unwrap)
+    apply_training_mode, trainable_state_dict, unwrap)
 from worldtune.lock import OutputLock
+from worldtune.models.family import family_of
+from worldtune.models.speed import repeated_blocks
+from worldtune.train.export import save_adapter, save_consolidated
 from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
-from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed, transformer_inputs
+from worldtune.data.dataset import ShardedSampler
+from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed
 from worldtune.train.schedule import lr_multiplier
 
 REQUEUE_EXIT_CODE = 42  # "preempted, checkpoint saved: requeue me" (launchers map it to scontrol requeue)
@@ -78,8 +82,8 @@ class Dist:
 
 
 # ----------------------------------------------------------------------------------------- data
-def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
-    from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir, resolve_text_kind
+def _open_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
+    from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir
     from worldtune.data.dataset import CachedClips, DecodedClips, read_dataset
 
     tc = cfg.train
@@ -91,8 +95,8 @@ def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
         frames = tc.num_frames or info["num_frames"]
         return None, DecodedClips(tc.dataset, rows, frames, "train"), DecodedClips(tc.dataset, rows, frames, "val"), info
     path = Path(tc.cache) if tc.cache not in (None, "auto") else None
-    if path is None:  # prefer the projected cache for adapters; full fine-tuning needs raw embeddings
-        kinds = ["raw"] if tc.mode == "full" else [resolve_text_kind("auto", spec), "raw"]
+    kinds = family_of(spec).trainable_text_kinds(tc.mode == "full")
+    if path is None:  # the family's preferred kind first (Predict2.5 adapters: the projected embedding)
         found = [default_cache_dir(tc.dataset, cache_settings(cfg, info, spec, k)["key"]) for k in kinds]
         path = next((p for p in found if p.is_dir()), found[0])
     cache = LatentCache(path)
@@ -105,9 +109,9 @@ def _build_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
         sets = CachedClips(rows, cache, "train"), CachedClips(rows, cache, "val")
     expect = cache_settings(cfg, info, spec, cache.info["text_kind"])
     cache.check({k: expect[k] for k in ("model_id", "height", "width", "num_frames")})
-    if cache.info["text_kind"] == "projected" and tc.mode == "full":
-        raise ConfigError(f"cache {path} stores projected text embeddings, which full fine-tuning cannot use "
-                          f"(it trains crossattn_proj): run `worldtune cache --cache.text raw`")
+    if cache.info["text_kind"] not in kinds:
+        raise ConfigError(f"cache {path} stores {cache.info['text_kind']} text, which train.mode={tc.mode} cannot use "
+                          f"(full fine-tuning trains the text projection): run `worldtune cache --cache.text raw`")
     if tc.num_frames not in (None, info["num_frames"]):
         raise ConfigError(f"train.num_frames={tc.num_frames} differs from the cached clips' {info['num_frames']}: "
                           f"unset it or train from decoded clips (--train.cache none)")
@@ -123,7 +127,7 @@ def _cache_available(cfg: WorldtuneConfig, spec) -> bool:
     from worldtune.data.dataset import read_dataset
 
     info, _ = read_dataset(cfg.train.dataset)
-    kinds = ("raw",) if cfg.train.mode == "full" else ("projected", "raw")
+    kinds = family_of(spec).trainable_text_kinds(cfg.train.mode == "full")
     return any(default_cache_dir(cfg.train.dataset, cache_settings(cfg, info, spec, k)["key"]).is_dir() for k in kinds)
 
 
@@ -165,8 +169,9 @@ def apply_checkpointing(transformer: torch.nn.Module, blocks: list[int]) -> None
             return checkpoint(fwd, *args, use_reentrant=False, **kwargs)
         return fwd(*args, **kwargs)
 
+    all_blocks = repeated_blocks(transformer)
     for i in blocks:
-        block = transformer.transformer_blocks[i]
+        block = all_blocks[i]
         block.forward = partial(_ckpt, block.forward)
 
 
@@ -179,68 +184,75 @@ def shard_fsdp2(transformer: torch.nn.Module, param_dtype: torch.dtype | None, c
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     if cpu_offload:
         kw["offload_policy"] = CPUOffloadPolicy()
-    for block in transformer.transformer_blocks:
+    for block in repeated_blocks(transformer):
         fully_shard(block, **kw)
     fully_shard(transformer, **kw)
     return [p for p in transformer.parameters() if p.requires_grad]
 
 
-def save_consolidated(state: dict[str, torch.Tensor], cfg: WorldtuneConfig, out: Path,
-                      crossattn_proj: torch.nn.Module | None = None) -> Path:
-    """A full state dict (e.g. gathered from FSDP shards) as a diffusers transformer folder."""
-    from worldtune.models.build import build_transformer
-    from worldtune.models.load import resolve_spec
-
-    spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
-    model = build_transformer(spec, device="meta")
-    if crossattn_proj is not None:
-        state = {**state, **{f"crossattn_proj.{k}": v for k, v in crossattn_proj.state_dict().items()}}
-    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True, assign=True)
-    model.save_pretrained(out, safe_serialization=True)
-    return out
-
-
 # ------------------------------------------------------------------------------------------ trainer
 class Trainer:
-    def __init__(self, cfg: WorldtuneConfig):
-        from worldtune.models.load import fingerprint, load_pipeline, load_transformer, resolve_spec
+    """One training run, built in named steps (data, model and adapters, speed, parallelism,
+    optimizer and schedule, checkpointing) and then driven by `fit`."""
 
-        self.cfg, tc = cfg, cfg.train
+    def __init__(self, cfg: WorldtuneConfig):
+        from worldtune.models.load import resolve_spec
+
+        self.cfg = cfg
         self.dist = Dist()
-        self.out = Path(tc.out)
+        self.out = Path(cfg.train.out)
         self.spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
-        self.cache_mode = _cache_available(cfg, self.spec)
-        self.cache, self.train_set, self.val_set, self.data_info = _build_data(cfg, self.spec, self.cache_mode)
+        self.family = family_of(self.spec)
+        torch.manual_seed(cfg.train.seed)
+        self._build_data()
+        self._build_model_and_adapters()
+        self._build_speed()
+        self._build_parallelism()
+        self._build_optimizer_and_schedule()
+        self._build_checkpointing()
+        self._check_settings()
+
+    # ------------------------------------------------------------------ build steps
+    def _build_data(self) -> None:
+        """The cached (or decoded) clips, split into train and held-out sets."""
+        tc = self.cfg.train
+        self.cache_mode = _cache_available(self.cfg, self.spec)
+        self.cache, self.train_set, self.val_set, self.data_info = _open_data(self.cfg, self.spec, self.cache_mode)
         if len(self.train_set) == 0:
             raise DatasetError(f"{tc.dataset}: no training clips (split='train'"
                                f"{' with cached latents' if self.cache_mode else ''}); check prepare's report")
+        m = self.family.pixel_multiple
         for name, v in (("height", self.data_info["height"]), ("width", self.data_info["width"])):
-            if v % 16:
-                raise ConfigError(f"dataset {name}={v} is not divisible by 16 (the DiT patchifies 2x2 latents of 8x pixels)")
-        dev = self.dist.device
+            if v % m:
+                raise ConfigError(f"dataset {name}={v} is not divisible by {m} (the transformer patchifies "
+                                  f"{self.family.patch}x{self.family.patch} latents of {self.family.vae_spatial}x "
+                                  f"pixels): prepare the dataset at another size")
+        self.fps = self.data_info.get("fps") or self.spec.fps
+        self.sampler = ShardedSampler(len(self.train_set), tc.seed, self.dist.rank, self.dist.world)
+
+    def _build_model_and_adapters(self) -> None:
+        """The base model (only the transformer when training from the cache), then the trainable parameters."""
+        from worldtune.models.load import fingerprint, load_pipeline, load_transformer
+
+        cfg, tc, dev = self.cfg, self.cfg.train, self.dist.device
         self.amp = dev.type == "cuda" and tc.mixed_precision != "no"
         self.amp_dtype = torch.bfloat16 if tc.mixed_precision == "bf16" else torch.float16
         base_dtype = "bf16" if (self.amp and tc.mode != "full") else "fp32"
-        torch.manual_seed(tc.seed)
+        load = dict(dtype=base_dtype, seed=cfg.model.seed, revision=cfg.model.revision,
+                    random_weights=cfg.model.random_weights)
         if self.cache_mode:
-            self.transformer, _ = load_transformer(cfg.model.name, cfg.model.path, dtype=base_dtype, device=dev,
-                                                   seed=cfg.model.seed, revision=cfg.model.revision,
-                                                   random_weights=cfg.model.random_weights)
+            self.transformer, _ = load_transformer(cfg.model.name, cfg.model.path, device=dev, **load)
             self.pipe = None
         else:
-            self.pipe, _ = load_pipeline(cfg.model.name, cfg.model.path, dtype=base_dtype, device=str(dev),
-                                         seed=cfg.model.seed, revision=cfg.model.revision,
-                                         random_weights=cfg.model.random_weights)
-            self.pipe.text_encoder.requires_grad_(False)
-            self.pipe.vae.requires_grad_(False)
+            self.pipe, _ = load_pipeline(cfg.model.name, cfg.model.path, device=str(dev), **load)
+            for name in ("text_encoder", "vae"):
+                if getattr(self.pipe, name, None) is not None:
+                    getattr(self.pipe, name).requires_grad_(False)
             self.transformer = self.pipe.transformer
         self.base_fingerprint = fingerprint(self.transformer)
-        self.projected_text = bool(self.cache_mode and self.cache.info.get("text_kind") == "projected")
-        self._saved_proj = None
-        if self.projected_text:
-            self._saved_proj = self.transformer.crossattn_proj
-            self.transformer.crossattn_proj = torch.nn.Identity()
-        self.params = apply_training_mode(self.transformer, tc.mode, tc.lora)
+        self.text_kind = self.cache.info.get("text_kind", "raw") if self.cache_mode else "raw"
+        self._set_aside = self.family.prepare_for_text(self.transformer, self.text_kind)
+        self.params = apply_training_mode(self.transformer, tc.mode, tc.lora, self.family.lora_targets)
         self.mv = None  # the multi-view wrapper, when the dataset keeps camera views separate
         if (self.data_info.get("layout") or {}).get("type") == "separate":
             from worldtune.models.multiview import MultiViewTransformer
@@ -249,12 +261,19 @@ class Trainer:
             self.mv = MultiViewTransformer(self.transformer, len(roles), attention=tc.view_attention, roles=roles).to(dev)
             self.params += self.mv.extra_parameters()
         self.n_trainable = sum(p.numel() for p in self.params)
+        self.ema = ({n: p.detach().float().clone() for n, p in self.transformer.named_parameters()}
+                    if tc.mode == "full" and tc.ema else None)
+
+    def _build_speed(self) -> None:
+        """Fused kernels, compiled blocks, the attention backend and activation checkpointing."""
         from worldtune.models.speed import apply_selective_checkpointing, apply_speed
 
+        tc, dev = self.cfg.train, self.dist.device
         compile_blocks = tc.compile if tc.compile is not None else dev.type == "cuda"
-        self.speed = apply_speed(self.transformer, fused_adaln=tc.fused_adaln, compile=compile_blocks,
+        self._fused_adaln = tc.fused_adaln and self.family.fused_adaln
+        self.speed = apply_speed(self.transformer, fused_adaln=self._fused_adaln, compile=compile_blocks,
                                  attention=tc.attention_backend)
-        n_blocks = len(self.transformer.transformer_blocks)
+        n_blocks = len(repeated_blocks(self.transformer))
         selective = tc.grad_checkpointing == "selective" or (
             tc.grad_checkpointing == "auto" and dev.type == "cuda" and not tc.memory_auto)
         if selective:  # recompute all but attention, whose outputs are kept
@@ -266,6 +285,10 @@ class Trainer:
             self.ckpt_blocks = choose_checkpointing(tc.grad_checkpointing, n_blocks, dev, self._per_block_bytes(),
                                                     reserve_bytes=reserve)
             apply_checkpointing(self.transformer, self.ckpt_blocks)
+
+    def _build_parallelism(self) -> None:
+        """FSDP2 sharding or DDP across processes; one process trains the model as is."""
+        tc, dev = self.cfg.train, self.dist.device
         self.model = self.mv if self.mv is not None else self.transformer
         self.sharded = bool(tc.fsdp and self.dist.world > 1)
         if self.sharded and self.mv is not None:
@@ -275,24 +298,29 @@ class Trainer:
         elif self.dist.world > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[dev.index] if dev.type == "cuda" else None)
-        fused = tc.fused_adamw and dev.type == "cuda" and not tc.cpu_offload
+
+    def _build_optimizer_and_schedule(self) -> None:
+        """AdamW with warmup and decay, and the flow-matching objective."""
+        tc = self.cfg.train
+        fused = tc.fused_adamw and self.dist.device.type == "cuda" and not tc.cpu_offload
         self.optimizer = torch.optim.AdamW(self.params, lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps,
                                            weight_decay=tc.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_multiplier(s, tc.steps, tc.warmup, tc.f_max, tc.f_min))
-        from worldtune.data.dataset import ShardedSampler
-
-        self.sampler = ShardedSampler(len(self.train_set), tc.seed, self.dist.rank, self.dist.world)
         self.objective: FlowMatchingLoss = flow_loss_from_config(tc)
-        self.ema = ({n: p.detach().float().clone() for n, p in self.transformer.named_parameters()}
-                    if tc.mode == "full" and tc.ema else None)
+        self.flops_per_sample = self._flops_per_sample()
+
+    def _build_checkpointing(self) -> None:
+        """Checkpoints, the run's state and its trackers."""
+        tc = self.cfg.train
         self.ckpt = CheckpointManager(self.out, tc.checkpoint.keep, tc.checkpoint.milestones)
         self.step = 0
-        self.fps = self.data_info.get("fps") or self.spec.fps
         self._stop: str | None = None
         self._trackers = None
         self._val_steps: set[int] = set()  # steps whose validation row metrics.jsonl already holds
-        self.flops_per_sample = self._flops_per_sample()
+
+    def _check_settings(self) -> None:
+        tc = self.cfg.train
         if tc.wandb and self.dist.main:
             from worldtune.train.trackers import check_wandb
 
@@ -303,27 +331,24 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers
     def _latent_shape(self) -> tuple[int, int, int]:
+        """Latent frames (all views stacked), latent height and width of one training sample."""
         f = self.data_info["num_frames"] if self.cache_mode else (self.cfg.train.num_frames or self.data_info["num_frames"])
-        views = len((self.data_info.get("layout") or {}).get("roles") or [0]) if (
-            self.data_info.get("layout") or {}).get("type") == "separate" else 1
-        return views * ((f - 1) // 4 + 1), self.data_info["height"] // 8, self.data_info["width"] // 8
+        layout = self.data_info.get("layout") or {}
+        views = len(layout.get("roles") or [0]) if layout.get("type") == "separate" else 1
+        t, h, w = self.family.latent_size(f, self.data_info["height"], self.data_info["width"])
+        return views * t, h, w
 
     def _per_block_bytes(self) -> float | None:
-        from worldtune.models.speed import per_block_bytes
-
-        t, h, w = self._latent_shape()
         tc = self.cfg.train
-        return per_block_bytes(self.spec, t, h, w, batch=tc.batch_size, mode=tc.mode, fused_adaln=tc.fused_adaln,
-                               rank=tc.lora.rank)
+        return self.family.per_block_bytes(*self._latent_shape(), batch=tc.batch_size, mode=tc.mode,
+                                           fused_adaln=self._fused_adaln, rank=tc.lora.rank)
 
-    def _flops_per_sample(self) -> float:
+    def _flops_per_sample(self) -> float | None:
         """Model FLOPs of one sample's step (3 x forward), for MFU."""
-        from worldtune.models.flops import train_step_flops
-
-        t, h, w = self._latent_shape()  # latent frames (all views), latent height and width
-        return float(train_step_flops(self.spec.transformer, 4 * (t - 1) + 1, h * 8, w * 8,
-                                      text_tokens=self.spec.max_sequence_length,
-                                      per_token_timestep=not self.cfg.train.fused_adaln))
+        t, h, w = self._latent_shape()
+        f = self.family
+        return f.train_flops_per_sample(f.vae_temporal * (t - 1) + 1, h * f.vae_spatial, w * f.vae_spatial,
+                                        self._fused_adaln)
 
     def _batch(self, indices: list[int], positions: list[int], micro: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Clean latents, text embeddings and per-sample seeds of this process's micro-batch."""
@@ -336,13 +361,12 @@ class Trainer:
             x0 = torch.stack([it["latents"] for it in items]).to(dev)
             text = torch.stack([it["text"] for it in items]).to(dev)
             return x0, text, seeds
-        from worldtune.data.cache import encode_prompts
         from worldtune.models.latents import encode, frames_to_pixels
 
         items = [self.train_set.get(i, torch.Generator().manual_seed(s)) for i, s in zip(indices, seeds)]
         pix = torch.stack([frames_to_pixels(it["frames"]) for it in items])
         x0 = encode(self.pipe.vae, pix)
-        text = encode_prompts(self.pipe, self.spec, [it["prompt"] for it in items], "raw").to(dev)
+        text = self.family.encode_prompts(self.pipe, [it["prompt"] for it in items], "raw").to(dev)
         return x0, text, seeds
 
     def _forward_loss(self, x0: torch.Tensor, text: torch.Tensor, seeds: list[int], model=None, **force) -> torch.Tensor:
@@ -356,7 +380,7 @@ class Trainer:
         dtype = self.amp_dtype if self.amp else next(self.transformer.parameters()).dtype
         ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
         with ctx:
-            pred = model(**transformer_inputs(fb, text, dtype, self.fps if self.spec.uses_fps else None))[0]
+            pred = self.family.predict(model, fb, text, dtype, self.fps)
         return self.objective.loss(pred, fb)
 
     # ------------------------------------------------------------------ steps
@@ -409,12 +433,11 @@ class Trainer:
                 it = data[i]
                 x0, text = it["latents"][None].to(self.dist.device), it["text"][None].to(self.dist.device)
             else:
-                from worldtune.data.cache import encode_prompts
                 from worldtune.models.latents import encode, frames_to_pixels
 
                 it = data.get(i, torch.Generator().manual_seed(i))
                 x0 = encode(self.pipe.vae, frames_to_pixels(it["frames"])[None])
-                text = encode_prompts(self.pipe, self.spec, [it["prompt"]], "raw").to(self.dist.device)
+                text = self.family.encode_prompts(self.pipe, [it["prompt"]], "raw").to(self.dist.device)
             for j, s in enumerate(tc.val_sigmas):
                 loss = self._forward_loss(x0, text, [sample_seed(tc.seed + 1, 0, i * 100 + j)],
                                           model=self.mv or self.transformer, sigma=[s], num_cond=[1])
@@ -435,15 +458,11 @@ class Trainer:
         data = self.val_set if len(self.val_set) else self.train_set
         if not tc.val_videos or not self.dist.main or self.sharded or self.mv is not None or len(data) == 0:
             return []  # multi-view runs generate through worldtune.infer.multiview
-        from types import SimpleNamespace
-
         from worldtune.data.video import write_video
-        from worldtune.infer.generate import initial_noise
-        from worldtune.infer.sampler import Conditioning, denoise
-        from worldtune.models.latents import decode, encode, frames_to_pixels, pixels_to_frames
+        from worldtune.models.latents import decode, encode, frames_to_pixels, initial_noise, pixels_to_frames
 
         vae, scheduler = self._val_components()
-        dev, dtype = self.dist.device, next(self.transformer.parameters()).dtype
+        dev = self.dist.device
         out = self.out / "val" / f"step-{self.step:08d}"
         out.mkdir(parents=True, exist_ok=True)
         self.transformer.eval()
@@ -453,20 +472,14 @@ class Trainer:
                 item = data[i]
                 x0, text = item["latents"][None].to(dev), item["text"][None].to(dev)
             else:
-                from worldtune.data.cache import encode_prompts
-
                 item = data.get(i, torch.Generator().manual_seed(i))
                 x0 = encode(vae, frames_to_pixels(item["frames"])[None]).to(dev)
-                text = encode_prompts(self.pipe, self.spec, [item["prompt"]], "raw").to(dev)
-            mask = torch.zeros(1, 1, x0.shape[2], 1, 1, device=dev)
-            mask[:, :, :1] = 1.0
-            cond = Conditioning(latents=initial_noise(tc.seed + i, tuple(x0.shape)).to(dev), cond_latents=x0.float(),
-                                cond_mask=mask.expand_as(x0[:, :1]).to(dtype), cond_indicator=mask)
-            pipe = SimpleNamespace(transformer=self.transformer, scheduler=scheduler, vae_scale_factor_spatial=8)
+                text = self.family.encode_prompts(self.pipe, [item["prompt"]], "raw").to(dev)
+            noise = initial_noise(tc.seed + i, tuple(x0.shape)).to(dev)
             ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
             with ctx:
-                lat = denoise(pipe, cond, text.to(dtype), torch.zeros_like(text).to(dtype), tc.val_steps,
-                              tc.val_guidance)
+                lat = self.family.sample_from_first_latent(self.transformer, scheduler, x0, text, noise,
+                                                           tc.val_steps, tc.val_guidance)
             frames = pixels_to_frames(decode(vae, lat.to(dev))[0])
             path = out / f"{item['clip_id']}.mp4"
             write_video(path, frames, float(self.fps))
@@ -551,7 +564,7 @@ class Trainer:
         old = ((st.get("config") or {}).get("train") or {}).get("lora")
         if old is None:
             return
-        new = self.cfg.train.lora.model_dump(mode="json")
+        new = self._lora_settings()
         changed = [f"{k} {old.get(k)!r} -> {new[k]!r}" for k in ("rank", "alpha", "targets", "init")
                    if old.get(k) != new[k]]
         if changed:
@@ -639,7 +652,7 @@ class Trainer:
                "steps": self.cfg.train.steps, "mode": self.cfg.train.mode, "model": self.spec.name,
                "family": self.spec.family, "base_fingerprint": self.base_fingerprint,
                "trainable_params": self.n_trainable, "world_size": self.dist.world,
-               "device": str(self.dist.device), "cache": self.cache_mode, "projected_text": self.projected_text,
+               "device": str(self.dist.device), "cache": self.cache_mode, "text_kind": self.text_kind,
                "checkpointed_blocks": len(self.ckpt_blocks), "speed": self.speed, "dataset": self.cfg.train.dataset,
                "lora": self._lora_settings(),
                **(extra or {})}
@@ -650,7 +663,8 @@ class Trainer:
         if self.cfg.train.mode == "full":
             return None
         lora = self.cfg.train.lora
-        return {**lora.model_dump(), "alpha": lora.alpha if lora.alpha is not None else float(lora.rank)}
+        return {**lora.model_dump(), "alpha": lora.alpha if lora.alpha is not None else float(lora.rank),
+                "targets": list(lora.targets or self.family.lora_targets)}
 
     def fit(self) -> dict[str, Any]:
         """Train to `train.steps`, holding the run folder's lock (one live run per folder)."""
@@ -773,7 +787,7 @@ class Trainer:
             full = get_model_state_dict(self.transformer, options=StateDictOptions(full_state_dict=True,
                                                                                      cpu_offload=True))
             if self.dist.main:
-                save_consolidated(full, self.cfg, out / "transformer", self._saved_proj)
+                save_consolidated(full, self.cfg, out / "transformer", self._set_aside)
             self.dist.barrier()
             return out / "transformer"
         if not self.dist.main:
@@ -781,18 +795,15 @@ class Trainer:
         out.mkdir(parents=True, exist_ok=True)
         if self.cfg.train.mode == "full":
             model = unwrap(self.transformer)
-            if self._saved_proj is not None:
-                model.crossattn_proj = self._saved_proj
+            for name, module in self._set_aside.items():
+                setattr(model, name, module)
             if self.ema is not None:
                 with torch.no_grad():
                     for n, p in model.named_parameters():
                         p.copy_(self.ema[n].to(p.dtype))
             model.save_pretrained(out / "transformer", safe_serialization=True)
             return out / "transformer"
-        from worldtune.train.export import save_lora
-
-        save_lora(out, peft_state_dict(self.transformer), adapter_metadata(self.transformer), self.spec,
-                  self.base_fingerprint)
+        save_adapter(out, self.transformer, self.spec, self.base_fingerprint)
         if self.mv is not None:
             from worldtune.models.multiview import save_multiview_extras
 
