@@ -169,7 +169,7 @@ def test_exported_lora_loads_in_diffusers_with_same_output(tiny_model_dir, cache
         base_out = pipe.transformer(encoder_hidden_states=raw_text, **kw)[0]
         pipe.load_lora_weights(str(tmp_path / "r" / "export"))
         loaded = pipe.transformer(encoder_hidden_states=raw_text, **kw)[0]
-        projected = t._saved_proj(raw_text)  # the trainer ran on projected-text caches
+        projected = t._set_aside["crossattn_proj"](raw_text)  # the trainer ran on projected-text caches
         trained = t.transformer(encoder_hidden_states=projected, **kw)[0]
     assert not torch.allclose(base_out, trained, atol=1e-5)  # training changed the model
     assert torch.allclose(loaded, trained, atol=1e-5)

@@ -169,9 +169,10 @@ def _configure_block(block: torch.nn.Module, **settings: Any) -> None:
 
 def repeated_blocks(transformer: torch.nn.Module) -> list[torch.nn.Module]:
     """The transformer's repeated blocks, in order: the modules diffusers never splits across devices
-    (`_no_split_modules`), which are the units of checkpointing, compiling and FSDP sharding."""
+    (`_no_split_modules`, or a subclass: the fused-adaLN block), which are the units of checkpointing,
+    compiling and FSDP sharding."""
     names = set(getattr(transformer, "_no_split_modules", None) or ())
-    blocks = [m for m in transformer.modules() if type(m).__name__ in names]
+    blocks = [m for m in transformer.modules() if any(c.__name__ in names for c in type(m).__mro__)]
     if not blocks:
         raise ModelError(f"{type(transformer).__name__} declares no repeated blocks (_no_split_modules)")
     return blocks

@@ -564,7 +564,7 @@ class Trainer:
         old = ((st.get("config") or {}).get("train") or {}).get("lora")
         if old is None:
             return
-        new = self._lora_settings()
+        old, new = self._lora_settings(old), self._lora_settings()
         changed = [f"{k} {old.get(k)!r} -> {new[k]!r}" for k in ("rank", "alpha", "targets", "init")
                    if old.get(k) != new[k]]
         if changed:
@@ -658,13 +658,13 @@ class Trainer:
                **(extra or {})}
         atomic_write_json(self.out / "run.json", run, default=str)
 
-    def _lora_settings(self) -> dict[str, Any] | None:
-        """The adapter settings as trained: alpha resolved (None means alpha = rank)."""
+    def _lora_settings(self, lora: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Adapter settings as trained (these, or a checkpoint's): alpha and targets resolved."""
         if self.cfg.train.mode == "full":
             return None
-        lora = self.cfg.train.lora
-        return {**lora.model_dump(), "alpha": lora.alpha if lora.alpha is not None else float(lora.rank),
-                "targets": list(lora.targets or self.family.lora_targets)}
+        lora = lora if lora is not None else self.cfg.train.lora.model_dump()
+        return {**lora, "alpha": float(lora["alpha"] if lora.get("alpha") is not None else lora["rank"]),
+                "targets": list(lora.get("targets") or self.family.lora_targets)}
 
     def fit(self) -> dict[str, Any]:
         """Train to `train.steps`, holding the run folder's lock (one live run per folder)."""
