@@ -152,9 +152,10 @@ class ModelFamily:
 
 
 def _families() -> dict[str, type[ModelFamily]]:
+    from worldtune.models.cosmos3 import Cosmos3
     from worldtune.models.predict import Predict2, Predict25
 
-    return {f.name: f for f in (Predict25, Predict2)}
+    return {f.name: f for f in (Predict25, Predict2, Cosmos3)}
 
 
 def family_of(spec) -> ModelFamily:
