@@ -245,6 +245,27 @@ class Cosmos3(ModelFamily):
     def train_flops_per_sample(self, frames: int, height: int, width: int, fused_adaln: bool) -> float | None:
         return 3.0 * self.forward_flops(frames, height, width).total
 
+    def info_numbers(self, frames: int, height: int, width: int, batch: int, lora_rank: int,
+                     mode: str) -> dict[str, Any] | None:
+        """Parameters (meta build), adapter size on the generator targets, tokens and FLOPs of a clip."""
+        from worldtune.models.params import count_params
+
+        model = self.build_transformer("meta")
+        pc = count_params(model, self.lora_targets, lora_rank)
+        generator = sum(p.numel() for n, p in model.named_parameters() if n in set(self.generator_parameters(model)))
+        t, h, w = self.latent_size(frames, height, width)
+        fwd = self.forward_flops(frames, height, width, batch)
+        per_frame = math.ceil(h / self.patch) * math.ceil(w / self.patch)
+        return {
+            "model": self.spec.name, "family": self.name, "frames": frames, "height": height, "width": width,
+            "batch": batch, "params": pc.total, "generator_params": generator, "lora_rank": lora_rank,
+            "lora_params": pc.lora, "dora_params": pc.adapter(dora=True), "lora_modules": pc.targeted_modules,
+            "latent_shape": (int(self.spec.transformer["latent_channel"]), t, h, w), "tokens": t * per_frame,
+            "text_tokens": DEFAULT_TEXT_TOKENS, "forward_flops": fwd.total, "attention_share": fwd.attention_share,
+            "train_step_flops": 3 * fwd.total, "flop_parts": dict(fwd.parts), "mode": mode,
+            "activation_bytes_no_ckpt": None, "activation_bytes_full_ckpt": None,
+        }
+
     # ------------------------------------------------------------------ adapters
     def save_adapter(self, out: Path, state_dict: dict[str, torch.Tensor], metadata: dict[str, Any]) -> Path:
         """`pytorch_lora_weights.safetensors` in diffusers' LoRA format (keys under `transformer.`, the peft
