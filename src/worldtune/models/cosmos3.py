@@ -42,9 +42,9 @@ TIME_PROJ_DIM = 256  # Cosmos3OmniTransformer's sinusoidal timestep width (time_
 # embedding, and the reasoner-key norm the generator applies (Edge). NVIDIA's vision fine-tuning recipes train
 # exactly these (vision_sft_edge.py optimizer keys_to_select: moe_gen, time_embedder, vae2llm, llm2vae,
 # k_norm_und_for_gen); everything else is the reasoner, which stays frozen.
-GENERATOR_PARAMS: tuple[str, ...] = ("add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "norm_added_q",
-                                     "norm_added_k", "_moe_gen", "proj_in.", "proj_out.", "time_embedder.",
-                                     "k_norm_und_for_gen")
+GENERATOR_LAYER_PARAMS: tuple[str, ...] = ("add_q_proj", "add_k_proj", "add_v_proj", "to_add_out", "norm_added_q",
+                                           "norm_added_k", "_moe_gen", "k_norm_und_for_gen")
+GENERATOR_TOP_PARAMS: tuple[str, ...] = ("proj_in.", "proj_out.", "time_embedder.")
 
 # NVIDIA's video post-training objective for Cosmos 3 (cosmos-framework: Cosmos3-*.yaml
 # rectified_flow_training_config, vision_sft_edge.py / vision_sft_nano.py dataset settings).
@@ -197,7 +197,8 @@ class Cosmos3(ModelFamily):
 
     def generator_parameters(self, transformer: torch.nn.Module) -> list[str]:
         """Names of the generator pathway's parameters: what a full fine-tune trains (the reasoner stays frozen)."""
-        return [n for n, _ in transformer.named_parameters() if any(k in n for k in GENERATOR_PARAMS)]
+        return [n for n, _ in transformer.named_parameters()
+                if n.startswith(GENERATOR_TOP_PARAMS) or any(k in n for k in GENERATOR_LAYER_PARAMS)]
 
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
@@ -252,7 +253,8 @@ class Cosmos3(ModelFamily):
 
         model = self.build_transformer("meta")
         pc = count_params(model, self.lora_targets, lora_rank)
-        generator = sum(p.numel() for n, p in model.named_parameters() if n in set(self.generator_parameters(model)))
+        names = set(self.generator_parameters(model))
+        generator = sum(p.numel() for n, p in model.named_parameters() if n in names)
         t, h, w = self.latent_size(frames, height, width)
         fwd = self.forward_flops(frames, height, width, batch)
         per_frame = math.ceil(h / self.patch) * math.ceil(w / self.patch)

@@ -132,7 +132,7 @@ def flow_loss_from_config(cfg) -> FlowMatchingLoss:
     return FlowMatchingLoss(
         logit_mean=cfg.logit_mean, logit_std=cfg.logit_std, shift=cfg.shift,
         cond_frames_probs=tuple(sorted(cfg.cond_frames_probs.items())), cond_timestep=cfg.cond_timestep,
-        text_dropout=cfg.text_dropout,
+        text_dropout=cfg.text_dropout, time_distribution=cfg.time_distribution,
     )
 
 
