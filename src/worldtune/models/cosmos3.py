@@ -24,7 +24,8 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -36,6 +37,9 @@ from worldtune.models.flops import FlopCount
 NUM_TRAIN_TIMESTEPS = 1000  # the network's timestep = sigma * 1000 (cosmos-framework's num_train_timesteps)
 PAD_ID = -1  # pads cached token-id rows to one length (no real token id is negative)
 TIME_PROJ_DIM = 256  # Cosmos3OmniTransformer's sinusoidal timestep width (time_proj -> time_embedder)
+# Text tokens assumed for FLOP figures: a plain caption with the chat template and metadata sentences is a few
+# hundred tokens; NVIDIA's structured JSON captions run to ~1,800 (their cap is 2,048).
+DEFAULT_TEXT_TOKENS = 512
 
 # The generator pathway of Cosmos3OmniTransformer, by parameter-name fragment: its attention projections and
 # q/k norms, MLP and norms (the "_moe_gen" modules), the latent patch projections in and out, the timestep
@@ -285,7 +289,3 @@ class Cosmos3(ModelFamily):
         return {"base_model": self.spec.name, "family": self.name, "hidden_size": t["hidden_size"],
                 "num_layers": t["num_hidden_layers"]}
 
-
-# Text tokens assumed for FLOP figures: a plain caption with the chat template and metadata sentences is a few
-# hundred tokens; NVIDIA's structured JSON captions run to ~1,800 (their cap is 2,048).
-DEFAULT_TEXT_TOKENS = 512
