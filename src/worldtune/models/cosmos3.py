@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
-from collections.abc import Mapping
 from typing import Any
 
 import torch
