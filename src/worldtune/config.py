@@ -161,6 +161,9 @@ class TrainConfig(Section):
     f_max: float = Field(0.5, description="lr multiplier at the end of warmup; decays linearly to f_min")
     f_min: float = Field(0.2, description="lr multiplier at the last step")
     grad_clip: float = Field(1.0, description="gradient norm clip (0 = off)")
+    time_distribution: Literal["logitnormal", "waver"] = Field(
+        "logitnormal", description="unshifted timestep distribution: logit-normal (Cosmos 2.5) or 'waver' (NVIDIA's "
+                                   "Cosmos 3 video recipe, with shift 3 / 5 / 10 at 256p / 480p / 720p)")
     logit_mean: float = Field(0.0, description="mean of the logit-normal timestep distribution")
     logit_std: float = Field(1.0, description="std of the logit-normal timestep distribution")
     shift: float = Field(5.0, description="timestep shift s: sigma = s t / (1 + (s-1) t)")

@@ -114,6 +114,11 @@ class ModelFamily:
         """Model FLOPs of one sample's training step (3 x forward), for MFU; None where not modelled."""
         return None
 
+    def info_numbers(self, frames: int, height: int, width: int, batch: int, lora_rank: int,
+                     mode: str) -> dict[str, Any] | None:
+        """`model info`'s numbers where the family counts them itself; None: the DiT formulas of models/info.py."""
+        return None
+
     def per_block_bytes(self, latent_t: int, latent_h: int, latent_w: int, batch: int, mode: str,
                         fused_adaln: bool, rank: int) -> float | None:
         """Activation bytes one block keeps for backward (for automatic checkpointing); None where not modelled."""
@@ -152,9 +157,10 @@ class ModelFamily:
 
 
 def _families() -> dict[str, type[ModelFamily]]:
+    from worldtune.models.cosmos3 import Cosmos3
     from worldtune.models.predict import Predict2, Predict25
 
-    return {f.name: f for f in (Predict25, Predict2)}
+    return {f.name: f for f in (Predict25, Predict2, Cosmos3)}
 
 
 def family_of(spec) -> ModelFamily:

@@ -50,8 +50,8 @@ class FlopCount:
 
     @property
     def attention_share(self) -> float:
-        """Fraction spent in the two attention matmuls (QK^T, AV) of self- and cross-attention."""
-        attn = self.parts.get("self_attention", 0) + self.parts.get("cross_attention", 0)
+        """Fraction spent in the attention matmuls (QK^T, AV): every part named "*attention"."""
+        attn = sum(v for k, v in self.parts.items() if k.endswith("attention"))
         return attn / self.total if self.total else 0.0
 
 

@@ -50,6 +50,11 @@ def _fmt_count(x: int) -> str:
 def model_numbers(spec: ModelSpec, frames: int, height: int, width: int, batch: int = 1, lora_rank: int = 32,
                   mode: str = "lora", per_token_timestep: bool = True) -> dict[str, Any]:
     """Every number `model info` prints, as a dict (the CLI table and tests both read it)."""
+    from worldtune.models.family import family_of
+
+    own = family_of(spec).info_numbers(frames, height, width, batch, lora_rank, mode)
+    if own is not None:
+        return own
     cfg = spec.transformer
     pc = count_transformer_params(cfg, spec.lora_targets, lora_rank)
     shape = latent_shape(cfg, frames, height, width)
@@ -74,7 +79,7 @@ def _numbers_table(n: dict[str, Any]) -> Table:
     t = Table(title=f"{n['model']} ({n['family']}): {n['batch']} x {n['frames']} frames x {n['height']}x{n['width']}")
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    t.add_row("DiT parameters", _fmt_count(n["params"]))
+    t.add_row("transformer parameters", _fmt_count(n["params"]))
     t.add_row(f"LoRA parameters (r={n['lora_rank']}, {n['lora_modules']} Linear layers)", _fmt_count(n["lora_params"]))
     t.add_row("DoRA parameters (LoRA + magnitudes)", _fmt_count(n["dora_params"]))
     t.add_row("latent shape (C, T, H, W)", " x ".join(str(x) for x in n["latent_shape"]))
@@ -82,8 +87,10 @@ def _numbers_table(n: dict[str, Any]) -> Table:
     t.add_row("FLOPs per forward", f"{_fmt_flops(n['forward_flops'])} ({n['attention_share']:.0%} attention)")
     t.add_row("FLOPs per train step (3x forward)", _fmt_flops(n["train_step_flops"]))
     t.add_row("train step at 100% of an H200 (790 TFLOP/s)", f"{n['train_step_flops'] / H200_BF16_FLOPS:.2f} s")
-    t.add_row(f"activations, {n['mode']}, no checkpointing", f"{n['activation_bytes_no_ckpt'] / GIB:.2f} GiB")
-    t.add_row(f"activations, {n['mode']}, every block checkpointed", f"{n['activation_bytes_full_ckpt'] / GIB:.2f} GiB")
+    for label, key in (("no checkpointing", "activation_bytes_no_ckpt"),
+                       ("every block checkpointed", "activation_bytes_full_ckpt")):
+        value = n.get(key)
+        t.add_row(f"activations, {n['mode']}, {label}", "not modelled" if value is None else f"{value / GIB:.2f} GiB")
     return t
 
 
@@ -112,6 +119,9 @@ def print_info(name_or_path: str, frames: int | None = None, height: int | None 
     numbers = model_numbers(spec, frames, height, width, batch, lora_rank, mode)
     console.print(_numbers_table(numbers))
     if plan:
+        if numbers.get("activation_bytes_no_ckpt") is None:
+            raise ModelError(f"{spec.name}: the memory planner does not model {spec.family} models yet; "
+                             f"run `model info` without --plan")
         p = make_plan(spec, mode, frames, height, width, batch=batch, gpus=gpus, gpu_mem_gb=gpu_mem,
                       lora_rank=lora_rank)
         console.print(_plan_table(p))

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from worldtune.errors import ModelError
 
-TextEncoderKind = Literal["qwen2.5-vl", "t5"]
+TextEncoderKind = Literal["qwen2.5-vl", "t5", "tokens"]  # "tokens": the transformer embeds text ids itself
 
 LORA_TARGETS: tuple[str, ...] = ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2")
 
@@ -86,6 +86,62 @@ _UNIPC_FLOW: dict[str, Any] = {
 }
 _FLOW_EULER: dict[str, Any] = {"use_karras_sigmas": True}
 
+# ---- Cosmos 3 (mixture of transformers; diffusers' Cosmos3OmniTransformer) ----
+# Sources, by name: NVIDIA cosmos-framework (release 2026-08-21) inference/configs/model/Cosmos3-Edge.yaml
+# and Cosmos3-Nano.yaml (the released checkpoints' model configs), the reasoner tower JSONs they point to
+# (model/generator/reasoner/nemotron_3_dense_vl/configs/Nemotron-2B-Dense-VL.json,
+# model/generator/reasoner/qwen3_vl/configs/Qwen3-VL-8B-Instruct.json), and diffusers 0.42.1's
+# Cosmos3OmniTransformer defaults (which are the Nano values) and Cosmos 3 pipeline docs.
+_COSMOS3_SHARED: dict[str, Any] = {
+    "latent_channel": 48,  # yaml state_ch: 48 (Wan2.2 VAE)
+    "latent_patch_size": 2, "patch_latent_dim": 192,  # yaml diffusion_expert_config.patch_spatial: 2; 2*2*48
+    "base_fps": 24, "enable_fps_modulation": True,  # yaml diffusion_expert_config
+    "unified_3d_mrope_reset_spatial_ids": True, "unified_3d_mrope_temporal_modality_margin": 15000,  # same block
+    "timestep_scale": 0.001,  # 1/num_train_timesteps (1000) x timestep_range (1.0), as build_net computes it
+    "action_gen": True, "action_dim": 64, "num_embodiment_domains": 32,  # yaml action_gen, max_action_dim, domains
+    "sound_gen": False,  # yaml sound_gen: false
+    "attention_bias": False,  # tower JSONs
+}
+_COSMOS3_EDGE: dict[str, Any] = {
+    **_COSMOS3_SHARED,
+    # Nemotron-2B-Dense-VL.json (one tower; the generator tower repeats its layers)
+    "hidden_size": 2048, "intermediate_size": 9216, "num_hidden_layers": 28, "num_attention_heads": 16,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072, "hidden_act": "relu2",
+    "rms_norm_eps": 1e-5, "rope_theta": 1e8, "rope_axes_dim": [24, 20, 20],  # layer_norm_epsilon, rope_theta, mrope_section
+    "qk_norm_for_text": False, "use_und_k_norm_for_gen": True,  # Cosmos3-Edge.yaml create_vlm_config
+}
+_COSMOS3_NANO: dict[str, Any] = {
+    **_COSMOS3_SHARED,
+    # Qwen3-VL-8B-Instruct.json text_config (= diffusers' class defaults)
+    "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "hidden_act": "silu",
+    "rms_norm_eps": 1e-6, "rope_theta": 5e6, "rope_axes_dim": [24, 20, 20],
+    "qk_norm_for_text": True, "use_und_k_norm_for_gen": False,  # Cosmos3-Nano.yaml create_vlm_config
+}
+# Same classes, Edge's structure (relu2 MLP, und-K norm for the generator), a few thousand parameters;
+# the vocabulary covers the tiny byte-level tokenizer (262 ids).
+_TINY_COSMOS3: dict[str, Any] = {
+    **_COSMOS3_EDGE, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 320, "rope_axes_dim": [4, 2, 2], "action_dim": 16,
+    "num_embodiment_domains": 4,
+}
+# Wan2.2 VAE (48 channels, 16x spatial / 4x temporal), as diffusers' convert_wan_to_diffusers.py writes it;
+# its latents_mean / latents_std (48 values each) come with the checkpoint and are only needed to decode
+# real latents, so the real-size random build uses neutral statistics.
+_WAN22_VAE: dict[str, Any] = {
+    "base_dim": 160, "decoder_base_dim": 256, "z_dim": 48, "is_residual": True, "in_channels": 12, "out_channels": 12,
+    "patch_size": 2, "scale_factor_spatial": 16, "scale_factor_temporal": 4,
+    "latents_mean": [0.0] * 48, "latents_std": [1.0] * 48,
+}
+_TINY_WAN22_VAE: dict[str, Any] = {**_WAN22_VAE, "base_dim": 8, "decoder_base_dim": 8, "dim_mult": [1, 1, 1, 1],
+                                   "num_res_blocks": 1}
+# Flow-matching UniPC with the shift diffusers' Cosmos 3 docs use for video (flow_shift 10, no Karras sigmas).
+_UNIPC_COSMOS3: dict[str, Any] = {"use_flow_sigmas": True, "prediction_type": "flow_prediction", "flow_shift": 10.0,
+                                  "use_karras_sigmas": False}
+# NVIDIA's LoRA recipes (Cosmos3-*.yaml lora_target_modules q/k/v/o_proj_moe_gen): the generator tower's four
+# attention projections; diffusers names them add_q_proj, add_k_proj, add_v_proj, to_add_out.
+COSMOS3_LORA_TARGETS: tuple[str, ...] = ("add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -148,6 +204,29 @@ SPECS: dict[str, ModelSpec] = {
             scheduler_class="FlowMatchEulerDiscreteScheduler", scheduler=_FLOW_EULER,
             height=64, width=112, num_frames=17, fps=16, max_sequence_length=128, tiny=True,
             description="Tiny random Cosmos-Predict2 of the same classes, for tests and the demo",
+        ),
+        ModelSpec(
+            name="cosmos3-edge", family="cosmos3", pipeline_class="Cosmos3OmniPipeline", text_encoder_kind="tokens",
+            transformer=_COSMOS3_EDGE, vae=_WAN22_VAE, text_encoder={}, scheduler_class="UniPCMultistepScheduler",
+            scheduler=_UNIPC_COSMOS3, height=480, width=832, num_frames=93, fps=24,  # yaml resolution '480', chunk 93
+            max_sequence_length=2050,  # NVIDIA's SFT caption cap (2048 tokens) + end-of-text + start-of-vision
+            lora_targets=COSMOS3_LORA_TARGETS,
+            description="NVIDIA Cosmos3-Edge (~4B: two Nemotron-2B-sized towers, Wan2.2 VAE)",
+        ),
+        ModelSpec(
+            name="cosmos3-nano", family="cosmos3", pipeline_class="Cosmos3OmniPipeline", text_encoder_kind="tokens",
+            transformer=_COSMOS3_NANO, vae=_WAN22_VAE, text_encoder={}, scheduler_class="UniPCMultistepScheduler",
+            scheduler=_UNIPC_COSMOS3, height=720, width=1280, num_frames=93, fps=24,  # yaml resolution '720'
+            max_sequence_length=2050, lora_targets=COSMOS3_LORA_TARGETS,
+            description="NVIDIA Cosmos3-Nano (~16B: two Qwen3-VL-8B-sized towers, Wan2.2 VAE)",
+        ),
+        ModelSpec(
+            name="tiny-cosmos3", family="cosmos3", pipeline_class="Cosmos3OmniPipeline", text_encoder_kind="tokens",
+            transformer=_TINY_COSMOS3, vae=_TINY_WAN22_VAE, text_encoder={}, scheduler_class="UniPCMultistepScheduler",
+            scheduler=_UNIPC_COSMOS3, height=64, width=112, num_frames=17, fps=16,
+            # the byte-level tiny tokenizer spends one token per character, ~200 on the chat template and metadata
+            max_sequence_length=512, lora_targets=COSMOS3_LORA_TARGETS, tiny=True,
+            description="Tiny random Cosmos 3 of the same classes (Edge structure), for tests and the demo",
         ),
     ]
 }

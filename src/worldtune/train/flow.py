@@ -42,6 +42,9 @@ def sample_seed(seed: int, step: int, index: int) -> int:
     return (seed * 1_000_003 + step * 9_176_741 + index * 104_729 + 0x9E3779B1) % (2**63 - 1)
 
 
+WAVER_MODE_S = 1.29  # the "waver" time density's mode parameter (NVIDIA's Cosmos 3 video recipe)
+
+
 @dataclass(frozen=True)
 class FlowMatchingLoss:
     logit_mean: float = 0.0
@@ -50,14 +53,22 @@ class FlowMatchingLoss:
     cond_frames_probs: tuple[tuple[int, float], ...] = ((0, 0.5), (1, 0.25), (2, 0.25))
     cond_timestep: float = 1e-4
     text_dropout: float = 0.2
+    time_distribution: str = "logitnormal"  # or "waver": t = 1 − u − s·(cos²(πu/2) − 1 + u), u ~ U(0, 1)
 
     def shift_sigma(self, t: torch.Tensor) -> torch.Tensor:
         return self.shift * t / (1 + (self.shift - 1) * t)
 
+    def _time(self, gen: torch.Generator) -> torch.Tensor:
+        """Unshifted t in [0, 1]: logit-normal (Cosmos 2.5), or the "waver" density Cosmos 3 video training uses
+        (peaked at t = 0.5 like the logit-normal, with a flat, non-vanishing density at both ends)."""
+        if self.time_distribution == "waver":
+            u = torch.rand((), generator=gen)
+            return 1 - u - WAVER_MODE_S * (torch.cos(torch.pi / 2 * u) ** 2 - 1 + u)
+        return torch.sigmoid(torch.randn((), generator=gen) * self.logit_std + self.logit_mean)
+
     def _draw(self, gen: torch.Generator, shape: tuple[int, ...]) -> tuple[torch.Tensor, float, int, bool]:
         noise = torch.randn(shape, generator=gen)
-        u = torch.randn((), generator=gen) * self.logit_std + self.logit_mean
-        sigma = float(self.shift_sigma(torch.sigmoid(u)))
+        sigma = float(self.shift_sigma(self._time(gen)))
         ks, ps = zip(*self.cond_frames_probs)
         k = ks[int(torch.multinomial(torch.tensor(ps, dtype=torch.float64), 1, generator=gen))]
         keep = bool(torch.rand((), generator=gen) >= self.text_dropout)
@@ -121,7 +132,7 @@ def flow_loss_from_config(cfg) -> FlowMatchingLoss:
     return FlowMatchingLoss(
         logit_mean=cfg.logit_mean, logit_std=cfg.logit_std, shift=cfg.shift,
         cond_frames_probs=tuple(sorted(cfg.cond_frames_probs.items())), cond_timestep=cfg.cond_timestep,
-        text_dropout=cfg.text_dropout,
+        text_dropout=cfg.text_dropout, time_distribution=cfg.time_distribution,
     )
 
 
