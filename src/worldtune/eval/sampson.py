@@ -10,7 +10,8 @@ the epipolar constraint. What makes the number mean something is *which* F and *
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
   averaged, and the frame's value is the median over the rest; a frame with fewer than
   `min_support` of them is skipped. Nothing is fitted to the video, so nothing absorbs its error:
-  a view shifted by d px reads about d px more.
+  a view shifted by d px across the epipolar lines reads about d/√2 more (the Sampson distance
+  splits an error made in one view between both; along the lines nothing is seen).
 - **cross-view with a moving camera, and temporal** (frame t vs t+gap of a moving view): no
   reference exists (the model chooses the camera's path), so F is fitted, but guarded (enough
   distinct inliers, spread over the image, epipoles outside them) and *cross-fitted*: each half
@@ -449,7 +450,7 @@ def trimmed(d: np.ndarray, gate: float, min_support: int) -> np.ndarray:
 
     Start from every match within `gate` px, then repeatedly keep those within median + 3 robust
     standard deviations (1.4826 x MAD) of the kept ones. Correct matches form a cluster whose
-    level moves with the video's geometric error (a view shifted by d px moves it by about d);
+    level moves with the video's geometric error (a view shifted by d px moves it by about d/√2);
     wrong matches are spread over the whole gate and are cut away. Matches spread evenly (all
     wrong) have no cluster to shrink to and keep a level near gate/2: they read high.
     """
