@@ -5,7 +5,7 @@ cameras ~80° apart re-placed a few cm every episode, a wrist camera that always
 frames through a real H.264 encode; cameras known per frame. The F fitted to a video's own
 matches fails here: it absorbs injected shifts, reads a different rig as consistent and lets the
 gripper pass for a static camera. Scored against the rig, the metric must: read < 0.5 px on the
-true frames with >= 70 % of fixed-pair frames scored, rise by >= d/2 for a d px shift of one
+true frames with >= 70 % of fixed-pair frames scored, rise by >= d/2 for a d px jitter of one
 view (monotone), agree within 0.3 px across two encodes, and never read < 1 px for another
 episode's view.
 """
