@@ -9,12 +9,20 @@ built once per input (timed apart); `--videos` generated videos per input are th
 `--workers` processes.
 
     .venv/bin/python benchmarks/sampson_bench.py --inputs 2 --videos 4 --workers 2
+
+`--sensitivity` instead measures what a known shift of one view does to the fixed pair's value
+(32 frames of the same scene, calibrated reference): every frame of exterior_2 moved by d px,
+rendered exactly (principal point moved) and encoded like the clip, in three ways: across the
+epipolar lines with a random sign per frame (jitter), across them constantly (a displaced view),
+and in a random direction per frame.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -24,6 +32,11 @@ import numpy as np
 
 ROLES = {"exterior_1": "exterior_1_left", "exterior_2": "exterior_2_left", "wrist": "wrist_left"}
 LAYOUT = {"type": "grid", "rows": 2, "cols": 2, "cells": {"exterior_1": [0, 0], "exterior_2": [0, 1], "wrist": [1, 0]}}
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the worker pool, once shut down)."""
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
 def render_clip(index: int, frames: int) -> tuple[object, dict[str, np.ndarray]]:
@@ -40,6 +53,58 @@ def grid(views: dict[str, np.ndarray]) -> np.ndarray:
     return out
 
 
+def calibrated(ep, roles=ROLES, size=(180, 320)):
+    """The rig reference a dataset's cameras.json gives: F of the fixed pair, K of every view."""
+    from worldtune.eval.epipolar import fundamental_from_cameras
+    from worldtune.eval.rig import PairReference, Reference
+
+    c1, c2 = ep.camera("exterior_1", 0), ep.camera("exterior_2", 0)
+    F = fundamental_from_cameras(c1.K, c1.R, c1.t, c2.K, c2.R, c2.t)
+    return Reference(f"ep{ep.index}", {r: size for r in roles}, {"wrist"}, {"exterior_1|exterior_2": PairReference(F, "calibrated")},
+                     K={r: ep.camera(r, 0).K for r in roles})
+
+
+def encoded(frames: np.ndarray) -> np.ndarray:
+    """Frames through an H.264 encode and back, as generated videos reach the metric."""
+    import io
+
+    import av
+
+    from worldtune.eval.video import encode_video
+
+    with av.open(io.BytesIO(encode_video(frames, 15))) as c:
+        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+
+
+def sensitivity(frames: int = 32) -> dict:
+    """Rise of the fixed pair's median over the true frames for a d px shift of one view."""
+    from tests.eval.eval_scene import across_epipolar_lines, shifted_view
+    from worldtune.data.synthetic import SyntheticEpisode
+    from worldtune.eval.sampson import SampsonError
+
+    ep = SyntheticEpisode(0, frames, 0, 180, 320, style="hard")
+    real = {r: encoded(np.stack([ep.render_view(n, i) for i in range(frames)])) for r, n in ROLES.items()}
+    metric = SampsonError()
+    ref = metric.reference(real, "ep0", base=calibrated(ep))
+    pair = lambda views: metric.score_views(views, reference=ref).crossview["exterior_1|exterior_2"]  # noqa: E731
+    true = pair(real)
+    n = across_epipolar_lines(ref.pairs["exterior_1|exterior_2"].F, (180, 320))
+    rng = np.random.default_rng(0)  # the validation test's signs
+    signs = rng.choice([-1.0, 1.0], frames)[:, None]
+    angles = rng.uniform(0, 2 * np.pi, frames)
+    kinds = {"jitter_across_lines": signs * n, "constant_across_lines": np.ones((frames, 1)) * n,
+             "jitter_random_direction": np.stack([np.cos(angles), np.sin(angles)], 1)}
+    out = {"frames": frames, "true_median_px": round(true.median, 3), "true_pairs": true.evaluated}
+    for kind, unit in kinds.items():
+        rows = []
+        for d in (1, 2, 4):
+            s = pair(dict(real, exterior_2=encoded(shifted_view(ep, "exterior_2", d * unit))))
+            rows.append({"d": d, "median_px": round(s.median, 3), "rise_px": round(s.median - true.median, 3),
+                         "pairs": s.evaluated})
+        out[kind] = rows
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", type=int, default=2, help="episodes (real clips, one reference each)")
@@ -47,15 +112,20 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=93)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--crossview-step", type=int, default=1)
+    ap.add_argument("--sensitivity", action="store_true", help="measure the response to a known shift instead")
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args()
+    if args.sensitivity:
+        result = sensitivity()
+        print(json.dumps(result, indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1) + "\n")
+        return
 
     from rich.console import Console
     from rich.table import Table
 
     from tests.eval.eval_scene import sine_warp
-    from worldtune.eval.epipolar import fundamental_from_cameras
-    from worldtune.eval.rig import PairReference, Reference
     from worldtune.eval.sampson import SampsonConfig, SampsonError, VideoSource, summarize
     from worldtune.eval.video import write_video
 
@@ -68,10 +138,7 @@ def main() -> None:
         for i in range(args.inputs):
             ep, views = render_clip(i, args.frames)
             real = write_video(Path(tmp) / f"real{i}.mp4", grid(views), 15)
-            c1, c2 = ep.camera("exterior_1", 0), ep.camera("exterior_2", 0)
-            bases.append(Reference(f"ep{i}", {r: (180, 320) for r in ROLES}, {"wrist"},
-                                   {"exterior_1|exterior_2": PairReference(fundamental_from_cameras(c1.K, c1.R, c1.t, c2.K, c2.R, c2.t), "calibrated")},
-                                   K={r: ep.camera(r, 0).K for r in ROLES}))
+            bases.append(calibrated(ep))
             real_sources.append(VideoSource(f"real{i}", video=str(real), layout=LAYOUT))
             for k in range(args.videos):  # "generated": the clip with a small, smooth non-rigid wobble
                 wob = {r: np.stack([sine_warp(f, 0.7, period=60, phase=float(rng.uniform(0, 6.3))) for f in v]) for r, v in views.items()}
@@ -84,13 +151,18 @@ def main() -> None:
         t_ref = time.time() - t
         for i, r in enumerate(built):
             refs += [r] * args.videos
-        t = time.time()
+        t, cpu = time.time(), _cpu()
         scores = metric.score_many(sources, workers=args.workers, progress=False, references=refs)
-        dt = time.time() - t
+        dt, cpu = time.time() - t, _cpu() - cpu
     s = summarize(scores)
     result = {"videos": len(sources), "workers": args.workers, "frames": args.frames, "views": "3 x 180x320",
               "crossview_step": args.crossview_step, "score_seconds": round(dt, 2),
-              "videos_per_s": round(len(sources) / dt, 3), "reference_seconds_per_input": round(t_ref / args.inputs, 2),
+              "videos_per_s": round(len(sources) / dt, 3),
+              # what the worker processes used, start-up included: the rate on cores no one else uses
+              "cpu_seconds_per_video": round(cpu / len(sources), 2),
+              "videos_per_s_free_cores": round(len(sources) / (cpu / args.workers), 3),
+              "load_average_1min": round(os.getloadavg()[0], 2),
+              "reference_seconds_per_input": round(t_ref / args.inputs, 2),
               "temporal_median_px": s["temporal"]["median"], "crossview_median_px": s["crossview"]["median"],
               "pairs": s["temporal"]["pairs"] + s["crossview"]["pairs"],
               "skipped": s["temporal"]["pairs_skipped"] + s["crossview"]["pairs_skipped"]}

@@ -101,6 +101,34 @@ def sine_warp(img: np.ndarray, amplitude: float, period: float = 37.0, phase: fl
     return cv2.remap(img, mx.astype(np.float32), my.astype(np.float32), cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
 
 
+def shifted_view(episode, role: str, shifts: np.ndarray) -> np.ndarray:
+    """Frames of `role` of a worldtune.data.synthetic episode, frame i moved by shifts[i] (dx, dy) px.
+
+    Rendered with the principal point moved, so the shift is exact: no resampling blur that
+    would change which features the detector finds.
+    """
+    from worldtune.data.synthetic import Camera, _render
+
+    out = []
+    for i, (dx, dy) in enumerate(np.asarray(shifts, np.float64)):
+        c = episode.camera(role, i)
+        cam = Camera(c.K + np.array([[0, 0, dx], [0, 0, dy], [0, 0, 0]]), c.R, c.t, c.width, c.height)
+        depth, color = _render(cam, episode._static(), episode.tex)
+        _render(cam, episode._moving(i), episode.tex, depth, color)
+        out.append((np.clip(color, 0, 1) * 255 + 0.5).astype(np.uint8).reshape(c.height, c.width, 3))
+    return np.stack(out)
+
+
+def across_epipolar_lines(F: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Unit direction in image 1 across the epipolar line of image 0's centre (F: x0ᵀ F x1 = 0).
+
+    A shift along the epipolar lines is a change of depth, invisible to any two-view geometry.
+    """
+    h, w = size
+    line = F.T @ np.array([(w - 1) / 2, (h - 1) / 2, 1.0])
+    return line[:2] / np.linalg.norm(line[:2])
+
+
 # ------------------------------------------------------------------ tiny generation folders
 LAYOUT = {"type": "grid", "rows": 2, "cols": 2,
           "cells": {"exterior_1": [0, 0], "exterior_2": [0, 1], "wrist": [1, 0]}}

@@ -10,7 +10,8 @@ the epipolar constraint. What makes the number mean something is *which* F and *
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
   averaged, and the frame's value is the median over the rest; a frame with fewer than
   `min_support` of them is skipped. Nothing is fitted to the video, so nothing absorbs its error:
-  a view shifted by d px reads about d px more.
+  a view shifted by d px across the epipolar lines reads about d/√2 more (the Sampson distance
+  splits an error made in one view between both; along the lines nothing is seen).
 - **cross-view with a moving camera, and temporal** (frame t vs t+gap of a moving view): no
   reference exists (the model chooses the camera's path), so F is fitted, but guarded (enough
   distinct inliers, spread over the image, epipoles outside them) and *cross-fitted*: each half
@@ -56,7 +57,7 @@ class SampsonConfig:
     geometry: str = "auto"  # auto | calibrated | reference | selffit (see module docstring)
     max_features: int = 2000  # SIFT keypoints per frame
     ratio: float = 0.75  # Lowe's ratio test
-    detect_scale: float | None = None  # SIFT on the frame scaled by this; None = 0.5 for views >= 200 px high
+    detect_scale: float | None = None  # SIFT on the frame scaled by this; None = 0.5 for views >= 160 px high
     threshold: float = 1.0  # robust fit inlier threshold, pixels
     min_inliers: int = 15  # distinct inliers a fit needs
     min_cells: int = 4  # cells of a 4x4 grid the inliers must cover in each image
@@ -215,14 +216,17 @@ class SampsonError:
         self.cfg = config or SampsonConfig()
         if self.cfg.geometry not in GEOMETRIES:
             raise EvaluationError(f"unknown Sampson geometry '{self.cfg.geometry}': use one of {list(GEOMETRIES)}")
-        self._matchers: dict[float, SiftMatcher] = {}
+        self._matchers: dict[tuple[float, float], SiftMatcher] = {}
 
     # -- building blocks
-    def matcher(self, hw: tuple[int, int]) -> SiftMatcher:
-        scale = self.cfg.detect_scale or (0.5 if hw[0] >= 200 else 1.0)
-        if scale not in self._matchers:
-            self._matchers[scale] = SiftMatcher(self.cfg.max_features, self.cfg.ratio, scale)
-        return self._matchers[scale]
+    def matcher(self, hw: tuple[int, int], reference: bool = False) -> SiftMatcher:
+        """SIFT at `detect_scale` for scoring. The reference is built once per input and wants every
+        correct match a plain table offers: full size, half SIFT's default contrast threshold."""
+        scale = 1.0 if reference else self.cfg.detect_scale or (0.5 if hw[0] >= 160 else 1.0)
+        contrast = 0.02 if reference else 0.04
+        if (scale, contrast) not in self._matchers:
+            self._matchers[scale, contrast] = SiftMatcher(self.cfg.max_features, self.cfg.ratio, scale, contrast)
+        return self._matchers[scale, contrast]
 
     def is_moving(self, role: str, reference: Reference | None = None) -> bool:
         """Calibrated cameras say which move; otherwise a role containing one of `moving_views`."""
@@ -250,9 +254,9 @@ class SampsonError:
         """The frames cross-view pairs are scored at."""
         return range(0, n, self.cfg.frame_step * self.cfg.crossview_step)
 
-    def features(self, frames: np.ndarray, mask: np.ndarray | None) -> list[Features]:
+    def features(self, frames: np.ndarray, mask: np.ndarray | None, reference: bool = False) -> list[Features]:
         """SIFT of the frames on the step grid (others left empty): detected once, used by every pair."""
-        m = self.matcher(frames.shape[1:3])
+        m = self.matcher(frames.shape[1:3], reference)
         wanted = set(self._frames(len(frames)))
         return [m.detect(frames[t], mask) if t in wanted else NO_FEATURES for t in range(len(frames))]
 
@@ -280,8 +284,8 @@ class SampsonError:
                     continue
                 for r in (a, b):
                     if r not in feats:
-                        feats[r] = self.features(views[r], masks.get(r))
-                ref.pairs[key] = estimate_pair_reference(feats[a], feats[b], self.matcher(sizes[a]), sizes[a], sizes[b],
+                        feats[r] = self.features(views[r], masks.get(r), reference=True)
+                ref.pairs[key] = estimate_pair_reference(feats[a], feats[b], self.matcher(sizes[a], reference=True), sizes[a], sizes[b],
                                                          self.cfg.fit, self.cfg.max_fit_error)
         return ref
 
@@ -446,7 +450,7 @@ def trimmed(d: np.ndarray, gate: float, min_support: int) -> np.ndarray:
 
     Start from every match within `gate` px, then repeatedly keep those within median + 3 robust
     standard deviations (1.4826 x MAD) of the kept ones. Correct matches form a cluster whose
-    level moves with the video's geometric error (a view shifted by d px moves it by about d);
+    level moves with the video's geometric error (a view shifted by d px moves it by about d/√2);
     wrong matches are spread over the whole gate and are cut away. Matches spread evenly (all
     wrong) have no cluster to shrink to and keep a level near gate/2: they read high.
     """
