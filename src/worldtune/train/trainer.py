@@ -249,15 +249,14 @@ class Trainer:
             self.mv = MultiViewTransformer(self.transformer, len(roles), attention=tc.view_attention, roles=roles).to(dev)
             self.params += self.mv.extra_parameters()
         self.n_trainable = sum(p.numel() for p in self.params)
+        from worldtune.models.memory import uses_selective_checkpointing
         from worldtune.models.speed import apply_selective_checkpointing, apply_speed
 
         compile_blocks = tc.compile if tc.compile is not None else dev.type == "cuda"
         self.speed = apply_speed(self.transformer, fused_adaln=tc.fused_adaln, compile=compile_blocks,
                                  attention=tc.attention_backend)
         n_blocks = len(self.transformer.transformer_blocks)
-        selective = tc.grad_checkpointing == "selective" or (
-            tc.grad_checkpointing == "auto" and dev.type == "cuda" and not tc.memory_auto)
-        if selective:  # recompute all but attention, whose outputs are kept
+        if uses_selective_checkpointing(tc.grad_checkpointing, dev.type, tc.memory_auto):  # keep attention outputs
             self.ckpt_blocks = list(range(n_blocks))
             apply_selective_checkpointing(self.transformer, self.ckpt_blocks)
         else:
