@@ -31,9 +31,9 @@ import numpy as np
 
 from worldtune.config import PrepareConfig
 from worldtune.data import prepare as prep
+from worldtune.data.layout import GridLayout
 from worldtune.data.lerobot import VideoSpan
 from worldtune.data.synthetic import CAMERA_NAMES, SyntheticEpisode
-from worldtune.data.layout import GridLayout
 from worldtune.data.video import VideoWriter, read_frames
 
 ROLES = ("exterior_1", "exterior_2", "wrist")

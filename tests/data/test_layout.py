@@ -138,7 +138,7 @@ def test_tile_i420_places_cells_and_black():
     vf, planes = i420_frame(72, 128)
     g.tile_i420(cells, planes)
     rgb = vf.to_ndarray(format="rgb24")
-    for role, (r, c) in g.cells.items():
+    for role in g.cells:
         tile = g.split(rgb[None])[role][0].astype(int)
         assert np.abs(tile - int(cells[role][0, 0] - 16) * 255 / 219).max() <= 3, role  # grey levels back
     assert rgb[36:, 64:].max() == 0  # the fourth cell is black

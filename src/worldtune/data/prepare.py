@@ -348,8 +348,8 @@ def _check_cameras(job: EpisodeJob) -> tuple[str | None, str | None, float, dict
     if max(counts.values()) - min(counts.values()) > 1:
         short = min(counts.values())
         if short < job.length - 1:
-            return ("truncated_video", f"episode {job.episode_index}: frames per camera {counts}, episode length "
-                    f"{job.length}", fps, sizes)
+            detail = f"episode {job.episode_index}: frames per camera {counts}, episode length {job.length}"
+            return "truncated_video", detail, fps, sizes
         return "frame_count_mismatch", f"episode {job.episode_index}: frames per camera {counts}", fps, sizes
     return None, None, fps, sizes
 
