@@ -202,11 +202,16 @@ def model_info(name: str = typer.Argument(..., help="registry name or model dire
                mode: str = typer.Option("lora", "--mode", help="lora | dora | full (for --plan)"),
                plan: bool = typer.Option(False, "--plan", help="memory plan for --gpus GPUs"),
                gpus: int = typer.Option(1, "--gpus"),
-               gpu_mem: float = typer.Option(141.0, "--gpu-mem", help="GB per GPU")) -> None:
+               gpu_mem: float = typer.Option(141.0, "--gpu-mem", help="GB per GPU"),
+               grad_checkpointing: str = typer.Option(
+                   "auto", "--grad-checkpointing", help="auto | selective | all | off, as train.grad_checkpointing"),
+               memory_auto: bool = typer.Option(False, "--memory-auto", help="as train.memory_auto: with auto, "
+                                                "whole blocks as memory requires")) -> None:
     """Parameters, LoRA parameters, latent shape, tokens, FLOPs and memory of a model."""
     _stage("worldtune.models.info", "print_info")(
         name, frames=frames, height=height, width=width, batch=batch, lora_rank=lora_rank,
-        mode=mode, plan=plan, gpus=gpus, gpu_mem=gpu_mem)
+        mode=mode, plan=plan, gpus=gpus, gpu_mem=gpu_mem, grad_checkpointing=grad_checkpointing,
+        memory_auto=memory_auto)
 
 
 @launch_app.command("local", context_settings=_STAGE_CTX)

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from worldtune.data.layout import (GridLayout, SeparateLayout, SingleLayout, layout_from_dict, resize_frames,
-                                   resize_transform)
+from worldtune.data.layout import (GridLayout, SeparateLayout, SingleLayout, i420_exact, layout_from_dict,
+                                   resize_frames, resize_i420, resize_transform)
+from worldtune.data.video import i420_frame, i420_planes, rgb_to_i420
 from worldtune.errors import ConfigError
 
 
@@ -91,3 +92,53 @@ def test_compare_view_size_must_be_whole():
         load_config(None, ["--compare.view_height", "256"])
     with pytest.raises(ConfigError, match="multiple of 16"):
         load_config(None, ["--compare.view_height", "250", "--compare.view_width", "432"])
+
+
+def _smooth_rgb(t: int, h: int, w: int) -> np.ndarray:
+    """Smooth colour ramps: what chroma subsampling keeps, so the two resize paths can be compared."""
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([np.stack([40 + 150 * x / w, 60 + 120 * y / h, 200 - 100 * (x + y) / (h + w) + 10 * k], -1)
+                     for k in range(t)]).astype(np.uint8)
+
+
+@pytest.mark.parametrize("src, dst, mode", [((48, 80), (24, 40), "pad"), ((48, 80), (36, 40), "pad"),
+                                            ((48, 80), (24, 36), "crop"), ((36, 64), (72, 128), "pad")])
+def test_resize_i420_has_the_rgb_geometry(src, dst, mode):
+    """Planes resized in yuv420p land where the RGB resize puts the pixels, bars included (limited-range black).
+
+    Luma matches everywhere; chroma away from the bar edges (the RGB path's encoder conversion
+    bleeds one chroma row of picture colour into the bars, the plane path keeps them black).
+    """
+    assert i420_exact(src, *dst, mode)
+    rgb = _smooth_rgb(2, *src)
+    got = resize_i420(np.stack([rgb_to_i420(f) for f in rgb]), *dst, mode)
+    want = np.stack([rgb_to_i420(f) for f in resize_frames(rgb, *dst, mode)])
+    assert got.shape == want.shape == (2, dst[0] * 3 // 2, dst[1])
+    (gy, gu, gv), (wy, wu, wv) = i420_planes(got), i420_planes(want)
+    assert np.abs(gy.astype(int) - wy).max() <= 2
+    bar = (wy == 16).reshape(2, dst[0] // 2, 2, dst[1] // 2, 2).any(axis=(2, 4))
+    edge = bar | np.roll(bar, 1, 1) | np.roll(bar, -1, 1) | np.roll(bar, 1, 2) | np.roll(bar, -1, 2)
+    assert (~edge).sum() > 0.4 * edge.size
+    for g, w in ((gu, wu), (gv, wv)):
+        assert np.abs(g.astype(int) - w)[~edge].max() <= 3
+        assert (g[bar] == 128).all()
+
+
+def test_i420_exact_refuses_half_chroma_pixels():
+    assert not i420_exact((48, 80), 32, 56)  # 48x80 -> 32x53: an odd width
+    assert not i420_exact((45, 80), 90, 160)  # odd source
+    assert i420_exact((180, 320), 216, 384)  # DROID into its grid cell
+    with pytest.raises(ConfigError, match="resize it as RGB"):
+        resize_i420(np.zeros((1, 72, 80), np.uint8), 32, 56)
+
+
+def test_tile_i420_places_cells_and_black():
+    g = GridLayout(height=72, width=128)
+    cells = {r: rgb_to_i420(np.full((36, 64, 3), v, np.uint8)) for r, v in zip(g.cells, (50, 120, 200))}
+    vf, planes = i420_frame(72, 128)
+    g.tile_i420(cells, planes)
+    rgb = vf.to_ndarray(format="rgb24")
+    for role in g.cells:
+        tile = g.split(rgb[None])[role][0].astype(int)
+        assert np.abs(tile - int(cells[role][0, 0] - 16) * 255 / 219).max() <= 3, role  # grey levels back
+    assert rgb[36:, 64:].max() == 0  # the fourth cell is black

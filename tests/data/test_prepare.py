@@ -1,5 +1,7 @@
 import errno
+import hashlib
 import json
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -7,7 +9,8 @@ import pytest
 
 from worldtune.config import PrepareConfig
 from worldtune.data import prepare as prep
-from worldtune.data.layout import layout_from_dict
+from worldtune.data.layout import i420_exact, layout_from_dict
+from worldtune.data.lerobot import LeRobotDataset
 from worldtune.data.synthetic import demo_episodes
 from worldtune.data.video import VideoWriter, probe, read_frames, write_video
 from worldtune.errors import ConfigError, DatasetError, DiskFullError
@@ -68,6 +71,37 @@ def test_sliding_windows_stride_and_separate(v3_root, tmp_path):
     assert rows[1]["video"] is None and set(views) == {"exterior_1", "exterior_2", "wrist"}
     assert probe(out / views["wrist"]).num_frames == 5 and rows[1]["fps"] == 7.5
     assert rows[1]["end_frame"] - rows[1]["start_frame"] == need
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    return float(10 * np.log10(255.0 ** 2 / np.mean((a.astype(float) - b.astype(float)) ** 2)))
+
+
+@pytest.mark.parametrize("layout, height, width", [("grid", 48, 80), ("separate", 24, 40)])
+def test_clips_from_yuv_planes_match_the_rgb_path(v3_root, tmp_path, layout, height, width):
+    """Sizes where each camera is resized on whole chroma pixels (48x80 -> 24x40) take the plane path;
+    the clips match resizing and tiling the RGB frames (the former path) within encoding noise."""
+    assert i420_exact((H, W), 24, 40)
+    out = tmp_path / "out"
+    prep.run(_cfg(v3_root, out, layout=layout, height=height, width=width, stride=2, clip_policy="sliding",
+                  num_frames=9, overlap=0, val_fraction=0.0, prompt_template="plain"), quiet=True)
+    info = json.loads((out / "info.json").read_text())
+    lay = layout_from_dict(info["layout"])
+    ds = LeRobotDataset(v3_root)
+    rows = _manifest(out)
+    assert len(rows) == 4
+    for r in rows:
+        ep = next(e for e in ds.episodes if e.index == r["episode_index"])
+        idx = list(range(r["start_frame"], r["end_frame"], r["stride"]))
+        views = {role: ds.episode_frames(ep, key, idx) for role, key in info["cameras"].items()}
+        want = lay.pack(views)
+        got = ({role: read_frames(out / p) for role, p in json.loads(r["views"]).items()} if r["views"]
+               else read_frames(out / r["video"]))
+        for role in (want if isinstance(want, dict) else [None]):
+            g, w = (got[role], want[role]) if role else (got, want)
+            assert g.shape == w.shape and _psnr(g, w) > 30, (r["clip_id"], role, _psnr(g, w))
+        if layout == "grid":
+            assert got[:, 24:, 40:].mean() < 1.5  # the empty cell stays black
 
 
 def test_val_split_is_deterministic_and_stable():
@@ -207,3 +241,32 @@ def test_plain_dataset_single_layout(tmp_path):
                         prompt_template="gr1", height=24, width=40), quiet=True)
     assert rep["counts"]["clips"] == 3
     assert _manifest(tmp_path / "out")[0]["prompt"] == "The robot arm is performing a task. Pick up the cup."
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity (Linux)")
+def test_two_prepare_runs_write_identical_files(tmp_path):
+    """The same prepare on a machine with all its CPUs and on one CPU writes the same bytes.
+
+    x264 left to choose its threads cuts each frame into one slice per core, so clips differed
+    between machines (and CPU allocations); 240x432 frames are tall enough for it to do so.
+    """
+    src = tmp_path / "plain"
+    (src / "metas").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    texture = rng.integers(0, 256, (240, 480, 3), np.uint8)
+    for i in range(2):
+        write_video(src / "videos" / f"v{i}.mp4", [np.roll(texture, 3 * t + i, axis=1)[:, :432] for t in range(9)], fps=16)
+        (src / "metas" / f"v{i}.txt").write_text("Pick up the cup")
+    cpus = os.sched_getaffinity(0)
+    digests = []
+    for run, allowed in enumerate((cpus, {min(cpus)})):
+        out = tmp_path / f"out{run}"
+        os.sched_setaffinity(0, allowed)
+        try:
+            prep.run(_cfg(src, out, cameras={"main": "video"}, layout="single", num_frames=9, prompt_template="gr1",
+                          height=240, width=432), quiet=True)
+        finally:
+            os.sched_setaffinity(0, cpus)
+        digests.append({p.relative_to(out): hashlib.sha256(p.read_bytes()).hexdigest()
+                        for p in sorted((out / "clips").rglob("*.mp4"))})
+    assert len(digests[0]) == 2 and digests[0] == digests[1]

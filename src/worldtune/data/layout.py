@@ -11,20 +11,29 @@ growing):
 - `"crop"`: scale to cover the target and cut the centre. No black bars; the borders are lost.
 `resize_transform` gives the (scale, offset) each policy applies, so camera intrinsics can follow:
 K' = [[sx*fx, 0, sx*cx + ox], [0, sy*fy, sy*cy + oy], [0, 0, 1]].
+
+Frames are RGB `[T,H,W,3]`. For `prepare`, which keeps the decoder's yuv420p planes (I420
+`[T,H*3/2,W]`, video.py) from decoder to encoder without a colour conversion, `resize_i420` fits
+planes with the same geometry as `resize_frames` and `GridLayout.tile_i420` tiles them;
+`i420_exact` says when that geometry lands on whole chroma pixels (even sizes and offsets), and
+`prepare` resizes in RGB otherwise.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
 import cv2
 import numpy as np
 
+from worldtune.data.video import i420_planes
 from worldtune.errors import ConfigError
 
 Resize = Literal["pad", "crop"]
-Frames = np.ndarray  # [T, H, W, 3] uint8
+Frames = np.ndarray  # [T, H, W, 3] uint8 RGB, or [T, H*3/2, W] uint8 I420
+Y_BLACK, CHROMA_ZERO = 16, 128  # limited-range black in yuv420p (what RGB black converts to)
 
 DEFAULT_CELLS: dict[str, tuple[int, int]] = {"exterior_1": (0, 0), "exterior_2": (0, 1), "wrist": (1, 0)}
 
@@ -52,6 +61,23 @@ def _scaled(sh: int, sw: int, s: float, dh: int, dw: int, mode: Resize) -> tuple
     return max(dh, round(sh * s)), max(dw, round(sw * s))
 
 
+def _geometry(sh: int, sw: int, height: int, width: int, mode: Resize) -> tuple[int, int, int, int, int]:
+    """(nh, nw, y0, x0, interpolation): the scaled size and the pad offset (pad) or cut offset (crop)."""
+    s = min(height / sh, width / sw) if mode == "pad" else max(height / sh, width / sw)
+    nh, nw = _scaled(sh, sw, s, height, width, mode)
+    y0, x0 = ((height - nh) // 2, (width - nw) // 2) if mode == "pad" else ((nh - height) // 2, (nw - width) // 2)
+    return nh, nw, y0, x0, cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR
+
+
+def _fit(src: np.ndarray, dst: np.ndarray, nh: int, nw: int, y0: int, x0: int, interp: int, mode: Resize) -> None:
+    """Resize one image (or plane) to nh x nw and pad it into / cut it to `dst`."""
+    r = cv2.resize(src, (nw, nh), interpolation=interp)
+    if mode == "pad":
+        dst[y0:y0 + nh, x0:x0 + nw] = r
+    else:
+        dst[...] = r[y0:y0 + dst.shape[0], x0:x0 + dst.shape[1]]
+
+
 def resize_frames(frames: Frames, height: int, width: int, mode: Resize = "pad") -> Frames:
     """Resize `[T,H,W,3]` (or one HxWx3) to height x width keeping aspect: letterbox or centre crop."""
     one = frames.ndim == 3
@@ -59,19 +85,42 @@ def resize_frames(frames: Frames, height: int, width: int, mode: Resize = "pad")
     t, sh, sw = fr.shape[:3]
     if (sh, sw) == (height, width):
         return frames
-    s = min(height / sh, width / sw) if mode == "pad" else max(height / sh, width / sw)
-    nh, nw = _scaled(sh, sw, s, height, width, mode)
-    interp = cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR
+    nh, nw, y0, x0, interp = _geometry(sh, sw, height, width, mode)
     out = np.zeros((t, height, width, 3), np.uint8)
     for i in range(t):
-        r = cv2.resize(fr[i], (nw, nh), interpolation=interp)
-        if mode == "pad":
-            y0, x0 = (height - nh) // 2, (width - nw) // 2
-            out[i, y0:y0 + nh, x0:x0 + nw] = r
-        else:
-            y0, x0 = (nh - height) // 2, (nw - width) // 2
-            out[i] = r[y0:y0 + height, x0:x0 + width]
+        _fit(fr[i], out[i], nh, nw, y0, x0, interp, mode)
     return out[0] if one else out
+
+
+def i420_exact(src_hw: tuple[int, int], height: int, width: int, mode: Resize = "pad") -> bool:
+    """Can `resize_i420` give a source of this size exactly `resize_frames`' geometry (even sizes, offsets)?"""
+    sh, sw = src_hw
+    if sh % 2 or sw % 2 or height % 2 or width % 2:
+        return False
+    return (sh, sw) == (height, width) or all(v % 2 == 0 for v in _geometry(sh, sw, height, width, mode)[:4])
+
+
+def resize_i420(frames: Frames, height: int, width: int, mode: Resize = "pad") -> Frames:
+    """Resize I420 frames `[T,h*3/2,w]` like `resize_frames`: Y at full, U and V at half resolution.
+
+    Letterbox bars are limited-range black (Y 16, U = V = 128). Needs `i420_exact`.
+    """
+    t, sh, sw = frames.shape[0], frames.shape[1] * 2 // 3, frames.shape[2]
+    if (sh, sw) == (height, width):
+        return frames
+    if not i420_exact((sh, sw), height, width, mode):
+        raise ConfigError(f"a {sh}x{sw} yuv420p frame cannot be fitted to {height}x{width} on whole chroma pixels: "
+                          "resize it as RGB")
+    nh, nw, y0, x0, interp = _geometry(sh, sw, height, width, mode)
+    out = np.empty((t, height * 3 // 2, width), np.uint8)
+    planes = tuple(zip(i420_planes(frames), i420_planes(out), (1, 2, 2)))
+    if mode == "pad":
+        out[:, :height] = Y_BLACK
+        out[:, height:] = CHROMA_ZERO
+    for i in range(t):
+        for src, dst, k in planes:
+            _fit(src[i], dst[i], nh // k, nw // k, y0 // k, x0 // k, interp, mode)
+    return out
 
 
 @dataclass
@@ -126,6 +175,21 @@ class GridLayout:
         for role, (r, c) in self.cells.items():
             out[:, r * ch:(r + 1) * ch, c * cw:(c + 1) * cw] = resize_frames(views[role][:t], ch, cw, self.resize)
         return out
+
+    def tile_i420(self, cells: dict[str, np.ndarray], planes: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """Write one grid frame into (Y, U, V) planes: each role's I420 cell `[ch*3/2, cw]`, black elsewhere.
+
+        The cells come already at cell size (`resize_i420`); writing straight into the encoder's
+        frame buffers makes one copy per pixel and no grid-sized temporary array.
+        """
+        h, w = planes[0].shape
+        ch, cw = self.cell_size(h, w)
+        used = {cell: role for role, cell in self.cells.items()}
+        for r, c in itertools.product(range(self.rows), range(self.cols)):
+            role = used.get((r, c))
+            src = i420_planes(cells[role]) if role is not None else (Y_BLACK, CHROMA_ZERO, CHROMA_ZERO)
+            for value, dst, k in zip(src, planes, (1, 2, 2)):
+                dst[r * ch // k:(r + 1) * ch // k, c * cw // k:(c + 1) * cw // k] = value
 
     def split(self, video: Frames) -> dict[str, Frames]:
         """A grid video (any size, e.g. a generated one) -> {role: its cell}, by proportional bounds."""

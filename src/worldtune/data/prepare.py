@@ -38,7 +38,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -46,9 +46,10 @@ import pyarrow.parquet as pq
 
 from worldtune.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, remove_stale_temps
 from worldtune.config import PrepareConfig
-from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, layout_from_dict
+from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, i420_exact, layout_from_dict, \
+    resize_frames, resize_i420
 from worldtune.data.lerobot import Episode, LeRobotDataset, VideoSpan
-from worldtune.data.video import VideoWriter, check_encoder, probe, read_frames
+from worldtune.data.video import VideoWriter, check_encoder, i420_frame, probe, read_frames, rgb_to_i420
 from worldtune.errors import ConfigError, DatasetError, WorldtuneError
 from worldtune.lock import OutputLock
 
@@ -237,42 +238,52 @@ def clip_id(episode: int, start: int) -> str:
 
 
 def process_episode(job: EpisodeJob, ws: WorkerSettings) -> dict:
-    """Check, decode and pack one episode's clips. Returns {"episode_index", "rows"} or a drop reason."""
+    """Check, decode and pack one episode's clips. Returns {"episode_index", "rows"} or a drop reason.
+
+    Frames stay yuv420p from decoder to encoder: each needed frame's Y/U/V planes are resized once
+    to the cell (or view) size and tiled as they are. A camera whose fit would not land on whole
+    chroma pixels (odd sizes or offsets) is resized in RGB and converted once, as the encoder would.
+    """
     import cv2
 
     cv2.setNumThreads(1)
     base = {"episode_index": job.episode_index, "rows": [], "dropped": None, "detail": None,
             "sources": source_fingerprint(job)}
-    reason, detail, fps = _check_cameras(job)
+    reason, detail, fps, sizes = _check_cameras(job)
     if reason:
         return {**base, "dropped": reason, "detail": detail}
+    layout = layout_from_dict(ws.layout)
+    ch, cw = layout.cell_size()  # a grid cell, or the whole frame of one camera
     idx = sorted({s + k * ws.stride for s in job.starts for k in range(ws.num_frames)})
     frames: dict[str, dict[int, np.ndarray]] = {}
     for role, span in job.spans.items():
+        planes = i420_exact(sizes[role], ch, cw, layout.resize)
         try:
-            arr = read_frames(span.path, idx, span.start_time, span.end_time)
+            arr = read_frames(span.path, idx, span.start_time, span.end_time,
+                              pixel_format="yuv420p" if planes else "rgb24", threads=1)
         except DatasetError as e:
             return {**base, "dropped": "truncated_video" if "truncated" in str(e) else "corrupt_video", "detail": str(e)}
+        if planes:  # each needed frame resized once, also when sliding windows share it
+            arr = resize_i420(arr, ch, cw, layout.resize)
+        else:
+            arr = [rgb_to_i420(f) for f in resize_frames(arr, ch, cw, layout.resize)]
         frames[role] = dict(zip(idx, arr))
-    layout = layout_from_dict(ws.layout)
     out_fps = ws.fps or fps / ws.stride
     out = Path(ws.out)
     rows = []
     for s in job.starts:
         cid = clip_id(job.episode_index, s)
         sel = [s + k * ws.stride for k in range(ws.num_frames)]
-        views = {role: np.stack([frames[role][i] for i in sel]) for role in job.spans}
-        packed = layout.pack(views)
         video, view_paths = None, None
-        if isinstance(packed, dict):
-            view_paths = {}
-            for role, fr in packed.items():
-                rel = f"clips/{cid}/{role}.mp4"
-                _write(out / rel, fr, out_fps, ws)
-                view_paths[role] = rel
+        if isinstance(layout, SeparateLayout):
+            view_paths = {role: f"clips/{cid}/{role}.mp4" for role in layout.roles}
+            for role, rel in view_paths.items():
+                _write(out / rel, (frames[role][i] for i in sel), out_fps, ws)
         else:
             video = f"clips/{cid}.mp4"
-            _write(out / video, packed, out_fps, ws)
+            clip = ((_grid_frame(layout, frames, i) for i in sel) if isinstance(layout, GridLayout)
+                    else (frames[layout.role][i] for i in sel))
+            _write(out / video, clip, out_fps, ws)
         if ws.on_clip is not None:
             ws.on_clip(cid)
         h, w = layout.cell_size() if isinstance(layout, (SeparateLayout, SingleLayout)) else (layout.height, layout.width)
@@ -298,21 +309,32 @@ def source_fingerprint(job: EpisodeJob) -> dict[str, list[int]]:
     return out
 
 
-def _write(path: Path, frames: np.ndarray, fps: float, ws: WorkerSettings) -> None:
-    with VideoWriter(path, fps, codec=ws.codec, crf=ws.crf, preset=ws.preset, threads=ws.threads) as w:
+def _grid_frame(layout: GridLayout, frames: dict[str, dict[int, np.ndarray]], i: int):
+    """Source frame i of every camera tiled straight into a new encoder frame."""
+    vf, planes = i420_frame(layout.height, layout.width)
+    layout.tile_i420({role: by_index[i] for role, by_index in frames.items()}, planes)
+    return vf
+
+
+def _write(path: Path, frames: Iterable, fps: float, ws: WorkerSettings) -> None:
+    with VideoWriter(path, fps, codec=ws.codec, crf=ws.crf, preset=ws.preset, threads=ws.threads,
+                     input_format="yuv420p") as w:
         for f in frames:
             w.write(f)
 
 
-def _check_cameras(job: EpisodeJob) -> tuple[str | None, str | None, float]:
-    """Header-level checks of every camera of an episode: readable, same fps, same frame count."""
-    counts, rates = {}, {}
+def _check_cameras(job: EpisodeJob) -> tuple[str | None, str | None, float, dict[str, tuple[int, int]]]:
+    """Header-level checks of every camera of an episode: readable, same fps, same frame count.
+
+    Returns (drop reason, detail, fps, {role: (height, width)})."""
+    counts, rates, sizes = {}, {}, {}
     for role, span in job.spans.items():
         try:
             info = probe(span.path)
         except DatasetError as e:
-            return "corrupt_video", str(e), 0.0
+            return "corrupt_video", str(e), 0.0, sizes
         rates[role] = info.fps
+        sizes[role] = (info.height, info.width)
         if span.start_time is None:
             counts[role] = info.num_frames
         else:
@@ -322,13 +344,14 @@ def _check_cameras(job: EpisodeJob) -> tuple[str | None, str | None, float]:
             counts[role] = int(round((end - span.start_time) * info.fps))
     fps = next(iter(rates.values()))
     if max(rates.values()) - min(rates.values()) > 1e-3 * fps or fps <= 0:
-        return "fps_mismatch", f"episode {job.episode_index}: camera fps {rates}", fps
+        return "fps_mismatch", f"episode {job.episode_index}: camera fps {rates}", fps, sizes
     if max(counts.values()) - min(counts.values()) > 1:
         short = min(counts.values())
         if short < job.length - 1:
-            return "truncated_video", f"episode {job.episode_index}: frames per camera {counts}, episode length {job.length}", fps
-        return "frame_count_mismatch", f"episode {job.episode_index}: frames per camera {counts}", fps
-    return None, None, fps
+            detail = f"episode {job.episode_index}: frames per camera {counts}, episode length {job.length}"
+            return "truncated_video", detail, fps, sizes
+        return "frame_count_mismatch", f"episode {job.episode_index}: frames per camera {counts}", fps, sizes
+    return None, None, fps, sizes
 
 
 # ---------------------------------------------------------------------------------------- run
@@ -364,7 +387,7 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
         records = _load_records(out, {j.episode_index: j for j in plan.jobs})
         todo = [j for j in plan.jobs if j.episode_index not in records]
         ws = WorkerSettings(str(out), layout.to_dict(), cfg.num_frames, cfg.stride, cfg.fps, cfg.codec, cfg.crf,
-                            cfg.preset, 1 if cfg.workers > 1 else 0, str(ds.root), dict(cfg.cameras), on_clip)
+                            cfg.preset, 1, str(ds.root), dict(cfg.cameras), on_clip)  # 1 thread: same bytes anywhere
         for rec in _run_jobs(todo, ws, cfg.workers, quiet):
             atomic_write_json(out / PROGRESS / f"episode_{rec['episode_index']:06d}.json", rec, indent=None)
             records[rec["episode_index"]] = rec

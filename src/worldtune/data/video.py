@@ -6,7 +6,11 @@ time span [start_time, end_time) of a file. Writing is atomic (temp file in the 
 fsync, `os.replace`) so that a killed or out-of-disk run never leaves a half-written mp4 under its
 final name; resumable stages rely on "the file exists" meaning "the file is complete".
 
-Frames are numpy arrays `[T, H, W, 3]` of uint8 RGB throughout.
+Frames are numpy arrays `[T, H, W, 3]` of uint8 RGB, except where a stage asks for yuv420p
+("I420"): `[T, H*3/2, W]` uint8, the Y plane's H rows followed by the U and V planes (H/2 x W/2
+each) packed row after row — the layout PyAV's `to_ndarray`/`from_ndarray` use. `prepare` works
+in I420 so that a clip goes from the source's decoder to the encoder without two colour
+conversions (`i420_planes` gives the three planes as views).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import numpy as np
 from worldtune.atomic import atomic_write_bytes, output_error, temp_path
 from worldtune.errors import ConfigError, DatasetError, DiskFullError
 
-__all__ = ["VideoInfo", "VideoWriter", "probe", "read_frames", "write_video", "atomic_write_bytes", "DiskFullError"]
+__all__ = ["VideoInfo", "VideoWriter", "probe", "read_frames", "write_video", "i420_frame", "i420_planes", "rgb_to_i420",
+           "atomic_write_bytes", "DiskFullError"]
 
 
 @dataclass(frozen=True)
@@ -73,13 +78,57 @@ def probe(path: str | Path) -> VideoInfo:
                          s.codec_context.name, duration)
 
 
+def i420_planes(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Views (Y [..., H, W], U and V [..., H/2, W/2]) into I420 frames `[..., H*3/2, W]` (writable if they are)."""
+    h3, w = frames.shape[-2:]
+    h = h3 * 2 // 3
+    lead = frames.shape[:-2]
+    y = frames[..., :h, :]
+    u = frames[..., h:h + h // 4, :].reshape(*lead, h // 2, w // 2)
+    v = frames[..., h + h // 4:, :].reshape(*lead, h // 2, w // 2)
+    return y, u, v
+
+
+# Decoded frames whose Y'CbCr values mean what an untagged yuv420p file means to a reader (BT.601
+# matrix, limited range): their planes are copied as they are. Others (BT.709 or full range tags,
+# other pixel formats) go through RGB, exactly as an RGB round trip would treat them.
+_PLAIN_COLORSPACES = (2, 5, 6)  # AVCOL_SPC_UNSPECIFIED, BT470BG, SMPTE170M
+_PLAIN_RANGES = (0, 1)  # unspecified, MPEG (limited)
+
+
+def _to_i420(frame: av.VideoFrame) -> np.ndarray:
+    if (frame.format.name == "yuv420p" and frame.colorspace in _PLAIN_COLORSPACES
+            and frame.color_range in _PLAIN_RANGES):
+        return frame.to_ndarray()
+    return rgb_to_i420(frame.to_ndarray(format="rgb24"))
+
+
+def i420_frame(height: int, width: int) -> tuple[av.VideoFrame, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A new yuv420p frame and writable numpy views of its (Y, U, V) planes, to fill in place (contents undefined)."""
+    vf = av.VideoFrame(width, height, "yuv420p")
+    planes = tuple(np.frombuffer(p, np.uint8).reshape(p.height, p.line_size)[:, :p.width] for p in vf.planes)
+    return vf, planes  # type: ignore[return-value]
+
+
+def rgb_to_i420(rgb: np.ndarray) -> np.ndarray:
+    """One HxWx3 RGB frame (even H, W) as I420, converted as the encoder converts RGB it is handed."""
+    return av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24").reformat(format="yuv420p").to_ndarray()
+
+
 def read_frames(
     path: str | Path,
     indices: Sequence[int] | None = None,
     start_time: float | None = None,
     end_time: float | None = None,
+    pixel_format: str = "rgb24",
+    threads: int | None = None,
 ) -> np.ndarray:
     """Frames `[T,H,W,3]` uint8 RGB of a video, or of its span [start_time, end_time) in seconds.
+
+    `pixel_format="yuv420p"` returns I420 frames `[T,H*3/2,W]` instead (even sizes only): the
+    decoder's planes as they are when they are plain BT.601 limited-range yuv420p, else
+    converted through RGB. `threads`: decoder threads (None = frame and slice threads as the
+    CPU allows; 1 = the least CPU time per frame, for callers that run one process per core).
 
     `indices` count frames from the start of the span (LeRobot v3: from the episode's first frame)
     and may be in any order or repeat; None = every frame of the span. We seek to the keyframe
@@ -89,6 +138,12 @@ def read_frames(
     otherwise decoded with concealment: grey blocks kept as data) raises `DatasetError` naming the
     file. Damage the codec cannot notice (it has no checksums) stays undetected.
     """
+    if pixel_format == "rgb24":
+        convert = _rgb
+    elif pixel_format == "yuv420p":
+        convert = _to_i420
+    else:
+        raise ValueError(f"pixel_format must be rgb24 or yuv420p, got {pixel_format!r}")
     want = None if indices is None else sorted(set(int(i) for i in indices))
     if want is not None and want and want[0] < 0:
         raise DatasetError(f"video {path}: negative frame index {want[0]}")
@@ -100,7 +155,10 @@ def read_frames(
         if not c.streams.video:
             raise DatasetError(f"video {path} has no video stream")
         s = c.streams.video[0]
-        s.thread_type = "AUTO"
+        if threads is None:
+            s.thread_type = "AUTO"
+        else:
+            s.codec_context.thread_count = threads
         fps = float(s.average_rate or s.guessed_rate or 0) or 30.0
         half = 0.5 / fps  # timestamps are rounded to the time base: compare with half a frame slack
         t0 = start_time or 0.0
@@ -118,9 +176,9 @@ def read_frames(
                     raise DatasetError(f"video {path} is corrupt: frame {n} of the span is damaged (the decoder had "
                                        f"to conceal errors)")
                 if want is None:
-                    every.append(frame.to_ndarray(format="rgb24"))
+                    every.append(convert(frame))
                 elif n in want_s:
-                    got[n] = frame.to_ndarray(format="rgb24")
+                    got[n] = convert(frame)
                 n += 1
                 if last is not None and n > last:
                     break
@@ -131,11 +189,15 @@ def read_frames(
             raise DatasetError(f"video {path} has no frames in [{start_time}, {end_time})")
         return np.stack(every)
     if not want:
-        return np.zeros((0, 0, 0, 3), np.uint8)
+        return np.zeros((0, 0, 0, 3) if pixel_format == "rgb24" else (0, 0, 0), np.uint8)
     missing = [i for i in want if i not in got]
     if missing:
         raise DatasetError(f"video {path} is truncated: it has {n} frames in the span, frame {missing[0]} was asked for")
     return np.stack([got[int(i)] for i in indices])  # type: ignore[union-attr]
+
+
+def _rgb(frame: av.VideoFrame) -> np.ndarray:
+    return frame.to_ndarray(format="rgb24")
 
 
 def _rate(fps: float) -> Fraction:
@@ -151,8 +213,15 @@ class VideoWriter:
 
     def __init__(self, path: str | Path, fps: float, codec: str = "libx264", crf: int | None = 18,
                  preset: str | None = None, threads: int = 0, pix_fmt: str = "yuv420p",
-                 gop: int | None = None, options: dict[str, str] | None = None) -> None:
+                 gop: int | None = None, options: dict[str, str] | None = None,
+                 input_format: str = "rgb24") -> None:
+        """`threads=1` makes x264's output the same bytes on every machine (0 = as many as the CPU
+        has: x264 then cuts frames into one slice per thread, so the bytes depend on the core count).
+        `input_format`: what `write` is given, "rgb24" (HxWx3) or "yuv420p" (I420 [H*3/2, W])."""
+        if input_format not in ("rgb24", "yuv420p"):
+            raise ValueError(f"input_format must be rgb24 or yuv420p, got {input_format!r}")
         self.path = Path(path)
+        self.input_format = input_format
         self.fps, self.codec, self.crf, self.preset = fps, codec, crf, preset
         self.options = dict(options or {})  # further encoder options, e.g. {"svtav1-params": "lossless=1"}
         self.threads, self.pix_fmt, self.gop = threads, pix_fmt, gop
@@ -188,7 +257,7 @@ class VideoWriter:
         self._s = s
 
     def write(self, frame: np.ndarray | av.VideoFrame) -> None:
-        """One HxWx3 uint8 RGB frame (or a ready `av.VideoFrame`)."""
+        """One uint8 frame in `input_format` (or a ready `av.VideoFrame`)."""
         try:
             self._encode(frame)
         except OSError as e:
@@ -201,8 +270,8 @@ class VideoWriter:
             vf = frame
             h, w = vf.height, vf.width
         else:
-            h, w = frame.shape[:2]
-            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+            vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format=self.input_format)
+            h, w = vf.height, vf.width
         if self._c is None:
             self._start(h, w)
         vf.pts = None

@@ -96,8 +96,10 @@ def _numbers_table(n: dict[str, Any]) -> Table:
 
 def _plan_table(p: Any) -> Table:
     verdict = "[green]fits[/]" if p.fits else "[red]does NOT fit[/]"
+    kind = " selectively (attention outputs kept)" if p.selective else ""
     t = Table(title=(f"{p.mode} on {p.gpus} x {p.gpu_mem_gib:g} GiB: {verdict} — sharding {p.sharding}, "
-                     f"{p.checkpointed_blocks}/{p.layers} blocks checkpointed, offload {'on' if p.offload else 'off'}"))
+                     f"{p.checkpointed_blocks}/{p.layers} blocks checkpointed{kind}, "
+                     f"offload {'on' if p.offload else 'off'}"))
     t.add_column("per GPU")
     t.add_column("GiB", justify="right")
     t.add_column("arithmetic")
@@ -111,8 +113,13 @@ def _plan_table(p: Any) -> Table:
 
 def print_info(name_or_path: str, frames: int | None = None, height: int | None = None, width: int | None = None,
                batch: int = 1, lora_rank: int = 32, mode: str = "lora", plan: bool = False, gpus: int = 1,
-               gpu_mem: float = 141.0, console: Console | None = None) -> dict[str, Any]:
-    """Print the model's numbers (and with `plan`, the memory plan) and return them as a dict."""
+               gpu_mem: float = 141.0, grad_checkpointing: str = "auto", memory_auto: bool = False,
+               console: Console | None = None) -> dict[str, Any]:
+    """Print the model's numbers (and with `plan`, the memory plan) and return them as a dict.
+
+    The plan assumes the trainer's CUDA defaults (per-frame adaLN, compiled blocks) and its
+    `train.grad_checkpointing` / `train.memory_auto` settings.
+    """
     spec = resolve(name_or_path)
     frames, height, width = frames or spec.num_frames, height or spec.height, width or spec.width
     console = console or Console()
@@ -123,7 +130,7 @@ def print_info(name_or_path: str, frames: int | None = None, height: int | None 
             raise ModelError(f"{spec.name}: the memory planner does not model {spec.family} models yet; "
                              f"run `model info` without --plan")
         p = make_plan(spec, mode, frames, height, width, batch=batch, gpus=gpus, gpu_mem_gb=gpu_mem,
-                      lora_rank=lora_rank)
+                      lora_rank=lora_rank, grad_checkpointing=grad_checkpointing, memory_auto=memory_auto)
         console.print(_plan_table(p))
         if p.note:
             console.print(f"[red]why:[/] {p.note}")

@@ -40,6 +40,11 @@ LN_STATS = 8  # LayerNorm mean + rstd, fp32, per token
 # Gradient buffers and attention workspace live at the backward peak, per token per hidden unit
 # (bytes); fitted to H200 peaks (docs/models.md). Not saved by autograd, so not counted above.
 BACKWARD_WORKSPACE_BYTES = 36.0
+# Compiled selective checkpointing rebuilds a block inside one fused backward graph that frees what it
+# has used: its peak is this share of the block's eager saved bytes. Fitted to the H200 peaks of the
+# 2B at 704x1280 (0.351) and the 14B at 432x768 (0.376); the 2B at 432x768 is the held-out check
+# (docs/models.md).
+SELECTIVE_RECOMPUTE_SHARE = 0.36
 CUDA_CONTEXT_GIB = 1.0  # CUDA context + cuBLAS/cuDNN workspaces outside PyTorch's allocator
 FRAGMENTATION = 0.05  # share of the card the caching allocator cannot hand out
 
@@ -107,30 +112,48 @@ def dora_block_constant(dims: BlockDims, rank: int) -> int:
     return sum(FP32 * (i * i + i * rank) for i in ins)
 
 
+def uses_selective_checkpointing(setting: str, device_type: str, memory_auto: bool = False) -> bool:
+    """Does `train.grad_checkpointing` mean selective checkpointing of every block on this device?
+
+    One rule for the trainer and the planner, so `model info --plan` plans what training does: on
+    CUDA, "auto" recomputes every block except its attention kernels (the fastest setting that
+    fits a 2B or 14B LoRA step on one H200) unless `memory_auto` asks for whole blocks chosen by
+    free memory.
+    """
+    return setting == "selective" or (setting == "auto" and device_type == "cuda" and not memory_auto)
+
+
 @dataclass(frozen=True)
 class ActivationEstimate:
     """Activation bytes of one training step for a checkpointing choice."""
 
     per_block_full: int  # one block, nothing recomputed
-    per_block_checkpointed: int  # one checkpointed block: just its input
+    per_block_checkpointed: int  # one checkpointed block: its input (+ attention outputs if selective)
     outside_blocks: int  # RoPE tables, final layer, text context
     workspace: int  # backward peak buffers
     checkpointed_blocks: int
     layers: int
+    recompute: int  # peak of the one checkpointed block rebuilt during backward (0 if none)
+    selective: bool  # checkpointed blocks keep their attention outputs
 
     @property
     def total(self) -> int:
         stored = ((self.layers - self.checkpointed_blocks) * self.per_block_full
                   + self.checkpointed_blocks * self.per_block_checkpointed)
-        recompute = self.per_block_full if self.checkpointed_blocks else 0  # one block rebuilt in backward
-        return stored + recompute + self.outside_blocks + self.workspace
+        return stored + self.recompute + self.outside_blocks + self.workspace
 
 
 def estimate_activations(cfg: Mapping[str, Any], frames: int, height: int, width: int, batch: int = 1,
                          mode: Mode = "lora", rank: int = 32, checkpointed_blocks: int = 0,
-                         text_tokens: int = DEFAULT_TEXT_TOKENS, per_token_timestep: bool = True
-                         ) -> ActivationEstimate:
-    """Activation memory of one step on `batch` clips with `checkpointed_blocks` blocks checkpointed."""
+                         text_tokens: int = DEFAULT_TEXT_TOKENS, per_token_timestep: bool = True,
+                         selective: bool = False, compiled: bool = True) -> ActivationEstimate:
+    """Activation memory of one step on `batch` clips with `checkpointed_blocks` blocks checkpointed.
+
+    `selective`: the checkpointed blocks keep their self- and cross-attention outputs (an [N, D]
+    bf16 tensor and the fp32 log-sum-exp each) and recompute the rest. Its backward peak is the
+    calibrated `SELECTIVE_RECOMPUTE_SHARE` of a block when the blocks are compiled; eager, the
+    whole block minus the kept outputs (not measured: an upper bound).
+    """
     dims = BlockDims.from_config(cfg)
     if not 0 <= checkpointed_blocks <= dims.layers:
         raise ConfigError(f"checkpointed_blocks must be in 0..{dims.layers}, got {checkpointed_blocks}")
@@ -146,10 +169,15 @@ def estimate_activations(cfg: Mapping[str, Any], frames: int, height: int, width
     text = s * BF16 * dims.text_dim
     if mode == "full" and cfg.get("use_crossattn_projection"):
         text += s * BF16 * int(cfg["crossattn_proj_in_channels"])  # input kept for the projection's grad
+    kept = 2 * n * (BF16 * dims.hidden + FP32 * dims.heads) if selective else 0
+    recompute = 0
+    if checkpointed_blocks:
+        recompute = (int(SELECTIVE_RECOMPUTE_SHARE * per_block) if selective and compiled
+                     else per_block - kept)
     return ActivationEstimate(
-        per_block_full=per_block, per_block_checkpointed=n * BF16 * dims.hidden,
+        per_block_full=per_block, per_block_checkpointed=n * BF16 * dims.hidden + kept,
         outside_blocks=final + rope + text, workspace=int(n * dims.hidden * BACKWARD_WORKSPACE_BYTES),
-        checkpointed_blocks=checkpointed_blocks, layers=dims.layers)
+        checkpointed_blocks=checkpointed_blocks, layers=dims.layers, recompute=recompute, selective=selective)
 
 
 # ------------------------------------------------------------------------------------- planner
@@ -171,6 +199,7 @@ class MemoryPlan:
     checkpointed_blocks: int
     layers: int
     offload: bool
+    selective: bool  # checkpointed blocks keep their attention outputs
     lines: tuple[PlanLine, ...]
     cpu_gib: float  # host memory per GPU taken by offloaded states
     fits: bool
@@ -228,11 +257,13 @@ def memory_lines(total_params: int, trainable_params: int, block_params: int, ac
     lines.append(PlanLine(f"activations: {stored} blocks stored", _gib(stored * act.per_block_full),
                           f"{stored} x {_gib(act.per_block_full):.2f} GiB"))
     if act.checkpointed_blocks:
-        lines.append(PlanLine(f"activations: {act.checkpointed_blocks} blocks checkpointed (inputs)",
+        kept = "inputs + attention outputs" if act.selective else "inputs"
+        lines.append(PlanLine(f"activations: {act.checkpointed_blocks} blocks checkpointed ({kept})",
                               _gib(act.checkpointed_blocks * act.per_block_checkpointed),
                               f"{act.checkpointed_blocks} x {_gib(act.per_block_checkpointed):.3f} GiB"))
-        lines.append(PlanLine("recompute of one block in backward", _gib(act.per_block_full),
-                              f"1 x {_gib(act.per_block_full):.2f} GiB"))
+        share = act.recompute / act.per_block_full
+        lines.append(PlanLine("recompute of one block in backward", _gib(act.recompute),
+                              f"{share:.2f} x {_gib(act.per_block_full):.2f} GiB"))
     lines.append(PlanLine("outside blocks (RoPE, final layer, text)", _gib(act.outside_blocks), ""))
     lines.append(PlanLine("backward workspace (calibrated)", _gib(act.workspace),
                           f"tokens x hidden x {BACKWARD_WORKSPACE_BYTES:.0f} B"))
@@ -246,10 +277,15 @@ _FULL_RECOMPUTE_COST = 1 / 3  # recomputing every block adds one forward to fwd+
 
 
 def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int = 1, gpus: int = 1,
-         gpu_mem_gb: float = 141.0, lora_rank: int = 32, per_token_timestep: bool = True,
-         param_count: Any = None, allow_offload: bool = False) -> MemoryPlan:
+         gpu_mem_gb: float = 141.0, lora_rank: int = 32, per_token_timestep: bool = False,
+         param_count: Any = None, allow_offload: bool = False, grad_checkpointing: str = "auto",
+         memory_auto: bool = False, compiled: bool = True) -> MemoryPlan:
     """The cheapest (sharding, checkpointed blocks, offload) that fits on `gpus` x `gpu_mem_gb`.
 
+    The defaults are the trainer's on CUDA: per-frame adaLN (`per_token_timestep=False`), compiled
+    blocks, and `grad_checkpointing="auto"`, which `uses_selective_checkpointing` (the trainer's own
+    rule) turns into selective checkpointing of every block; with `memory_auto`, or "all" / "off",
+    whole blocks. Only "auto" with `memory_auto` searches the number of checkpointed blocks.
     Cheapest = least extra step time: sharding (communication, ~2-5%) before checkpointing
     (recompute, up to +33%) before CPU offload (PCIe-bound, ~2x). If nothing fits, the plan with
     the smallest footprint is returned with fits=False. CPU offload is only considered with
@@ -271,11 +307,16 @@ def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int
     text_tokens = getattr(spec, "max_sequence_length", DEFAULT_TEXT_TOKENS)
     budget = usable_gib(gpu_mem_gb)
     shardings: tuple[Sharding, ...] = ("none", "grad_op", "full") if gpus > 1 else ("none",)
+    selective = uses_selective_checkpointing(grad_checkpointing, "cuda", memory_auto)
+    counts = {"auto": range(layers + 1), "selective": (layers,), "all": (layers,), "off": (0,)}
+    if grad_checkpointing not in counts:
+        raise ConfigError(f"grad_checkpointing={grad_checkpointing!r}: the planner models auto, selective, all or off")
+    ckpt_counts = (layers,) if selective else counts[grad_checkpointing]
 
     candidates = []
-    for offload, ckpt, sharding in itertools.product((False, True), range(layers + 1), shardings):
+    for offload, ckpt, sharding in itertools.product((False, True), ckpt_counts, shardings):
         act = estimate_activations(cfg, frames, height, width, batch, mode, lora_rank, ckpt, text_tokens,
-                                   per_token_timestep)
+                                   per_token_timestep, selective, compiled)
         lines, cpu = memory_lines(pc.total, trainable, block, act, mode, gpus, sharding, offload)
         cost = _SHARD_COST[sharding] + _FULL_RECOMPUTE_COST * ckpt / layers + (_OFFLOAD_COST if offload else 0)
         candidates.append((cost, sum(x.gib for x in lines), sharding, ckpt, offload, lines, cpu))
@@ -292,7 +333,7 @@ def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int
             note += (f"; with CPU offload it would fit ({best[1]:.0f} GiB per GPU + {best[6]:.0f} GiB host RAM "
                      "per GPU, ~2x slower)")
     return MemoryPlan(mode=mode, gpus=gpus, gpu_mem_gib=gpu_mem_gb, sharding=sharding, checkpointed_blocks=ckpt,
-                      layers=layers, offload=offload, lines=tuple(lines), cpu_gib=cpu, fits=bool(fitting),
+                      layers=layers, offload=offload, selective=selective, lines=tuple(lines), cpu_gib=cpu, fits=bool(fitting),
                       note=note)
 
 

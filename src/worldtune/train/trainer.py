@@ -266,6 +266,7 @@ class Trainer:
 
     def _build_speed(self) -> None:
         """Fused kernels, compiled blocks, the attention backend and activation checkpointing."""
+        from worldtune.models.memory import uses_selective_checkpointing
         from worldtune.models.speed import apply_selective_checkpointing, apply_speed
 
         tc, dev = self.cfg.train, self.dist.device
@@ -274,9 +275,7 @@ class Trainer:
         self.speed = apply_speed(self.transformer, fused_adaln=self._fused_adaln, compile=compile_blocks,
                                  attention=tc.attention_backend)
         n_blocks = len(repeated_blocks(self.transformer))
-        selective = tc.grad_checkpointing == "selective" or (
-            tc.grad_checkpointing == "auto" and dev.type == "cuda" and not tc.memory_auto)
-        if selective:  # recompute all but attention, whose outputs are kept
+        if uses_selective_checkpointing(tc.grad_checkpointing, dev.type, tc.memory_auto):  # keep attention outputs
             self.ckpt_blocks = list(range(n_blocks))
             apply_selective_checkpointing(self.transformer, self.ckpt_blocks)
         else:
