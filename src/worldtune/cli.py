@@ -172,9 +172,11 @@ def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every
                                             help="also train and score the separate-views model beside the grid"),
          only_data: bool = typer.Option(False, "--only-data",
                                         help="only write the synthetic LeRobot dataset and the tiny model, then stop "
-                                             "(the first step of configs/demo.toml)")) -> None:
+                                             "(the first step of configs/demo.toml)"),
+         model: str = typer.Option("tiny-predict2.5", "--model",
+                                   help="the tiny model to run the stages with: tiny-predict2.5 or tiny-cosmos3")) -> None:
     """Run every stage end to end on the tiny model (a few minutes on 2 CPU cores)."""
-    _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data)
+    _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data, model=model)
 
 
 @app.command()

@@ -13,6 +13,7 @@ grid and the three-view model side by side, with one report.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -48,6 +49,16 @@ def demo_config(out: Path, steps: int) -> WorldtuneConfig:
     ])
 
 
+def _model_spec_name(folder: Path) -> str | None:
+    """The registry spec a folder written by `model init` was built from."""
+    from worldtune.models.load import SIDECAR
+
+    try:
+        return json.loads((folder / SIDECAR).read_text())["spec"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _stage(name: str, fn: Callable[[], Any], timings: dict[str, float], notes: dict[str, str]) -> Any:
     console.rule(f"[bold]{name}")
     t0 = time.time()
@@ -63,9 +74,16 @@ def _stage(name: str, fn: Callable[[], Any], timings: dict[str, float], notes: d
         timings[name] = time.time() - t0
 
 
-def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False, only_data: bool = False) -> dict[str, Any]:
+def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False, only_data: bool = False,
+        model: str = "tiny-predict2.5") -> dict[str, Any]:
     """`worldtune demo`; with `only_data`, write only the synthetic dataset and the tiny model (the
-    inputs of configs/demo.toml's commands) and stop."""
+    inputs of configs/demo.toml's commands) and stop. `model`: a tiny spec of any family."""
+    from worldtune.errors import ConfigError
+    from worldtune.models.registry import get_spec
+
+    if not get_spec(model).tiny:
+        raise ConfigError(f"the demo runs a tiny model on the CPU; {model} is real-size: use tiny-predict2.5 or "
+                          f"tiny-cosmos3")
     from worldtune.cli import _stage as stage_fn
     from worldtune.data.synthetic import write_demo_dataset
     from worldtune.models.load import init_model_dir
@@ -79,7 +97,9 @@ def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False, on
     if not (root / "lerobot" / "meta" / "info.json").exists():
         _stage("dataset", lambda: write_demo_dataset(root / "lerobot"), timings, notes)
     if not (root / "model" / "model_index.json").exists():
-        _stage("model", lambda: init_model_dir("tiny-predict2.5", root / "model"), timings, notes)
+        _stage("model", lambda: init_model_dir(model, root / "model"), timings, notes)
+    elif _model_spec_name(root / "model") != model:
+        raise ConfigError(f"{root / 'model'} holds {_model_spec_name(root / 'model')}, not {model}: use another --out")
     if only_data:
         console.print(f"wrote the demo dataset {root / 'lerobot'} and model {root / 'model'}")
         return {"timings": timings, "notes": notes}

@@ -35,8 +35,10 @@ def prompt_key(prompt: str) -> str:
     return hashlib.sha1(prompt.encode("utf-8")).hexdigest()
 
 
-def cache_key(model_id: str, height: int, width: int, num_frames: int, text_kind: str, max_seq: int) -> str:
-    blob = json.dumps([model_id, height, width, num_frames, text_kind, max_seq])
+def cache_key(model_id: str, height: int, width: int, num_frames: int, text_kind: str, max_seq: int,
+              fps: float | None = None) -> str:
+    """`fps` only where the cached text depends on it (Cosmos 3's duration sentence); else the key is unchanged."""
+    blob = json.dumps([model_id, height, width, num_frames, text_kind, max_seq] + ([fps] if fps is not None else []))
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
@@ -105,12 +107,15 @@ def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> d
     """The identity a cache is keyed and checked by."""
     from worldtune.models.load import model_id
 
+    from worldtune.models.family import family_of
+
     mid = model_id(cfg.model.name, cfg.model.path, cfg.model.seed, cfg.model.revision,
                    text_projection=text_kind == "projected")
     h, w, f = dataset_info["height"], dataset_info["width"], dataset_info["num_frames"]
+    fps = float(dataset_info.get("fps") or spec.fps) if family_of(spec).text_depends_on_clip else None
     return dict(model_id=mid, height=h, width=w, num_frames=f, text_kind=text_kind,
-                max_sequence_length=spec.max_sequence_length,
-                key=cache_key(mid, h, w, f, text_kind, spec.max_sequence_length))
+                max_sequence_length=spec.max_sequence_length, **({"fps": fps} if fps is not None else {}),
+                key=cache_key(mid, h, w, f, text_kind, spec.max_sequence_length, fps))
 
 
 def default_cache_dir(dataset: str | Path, key: str) -> Path:
@@ -187,7 +192,8 @@ def run(cfg) -> dict[str, Any]:
         tshard = len(list(out.glob("text-*.safetensors")))
         for start in track(range(0, len(todo_p), ccfg.batch_size), description="text embeddings", transient=True):
             batch = todo_p[start:start + ccfg.batch_size]
-            emb = family.encode_prompts(pipe, batch, text_kind)
+            emb = family.encode_prompts(pipe, batch, text_kind, num_frames=info["num_frames"], height=info["height"],
+                                        width=info["width"], fps=float(info.get("fps") or spec.fps))
             _atomic_save({prompt_key(p): e.to(store) if e.is_floating_point() else e for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
             tshard += 1
         summary = {"cache": str(out), "clips": len(manifest), "views": ",".join(extra.get("views", [])) or "packed",

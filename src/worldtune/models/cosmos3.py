@@ -162,6 +162,8 @@ class Cosmos3(ModelFamily):
     transformer_class = "Cosmos3OmniTransformer"
     modes = ("text2world", "image2world", "video2world")
     text_kinds = ("tokens",)
+    text_components = ("text_tokenizer",)
+    text_depends_on_clip = True  # the resolution and duration sentences the pipeline appends
     vae_spatial = 16  # Wan2.2 VAE: 16x spatial, 4x temporal, 48 channels
     vae_temporal = 4
     patch = 2
@@ -227,6 +229,19 @@ class Cosmos3(ModelFamily):
         return out.to(device) if device is not None else out
 
     # ------------------------------------------------------------------ training
+    def objective_defaults(self, height: int, width: int) -> dict[str, Any]:
+        return recipe_objective(height, width)
+
+    def full_finetune_parameters(self, transformer: torch.nn.Module) -> list[torch.nn.Parameter]:
+        """The generator pathway (NVIDIA's vision fine-tuning trains exactly it); the reasoner stays frozen."""
+        names = set(self.generator_parameters(transformer))
+        params = []
+        for n, p in transformer.named_parameters():
+            p.requires_grad_(n in names)
+            if n in names:
+                params.append(p)
+        return params
+
     def predict(self, model: torch.nn.Module, batch, text: torch.Tensor, dtype: torch.dtype,
                 fps: float | None) -> torch.Tensor:
         """Velocity [B, 48, T, H, W] for a noised FlowBatch; one transformer call per sample (the model packs
@@ -241,6 +256,35 @@ class Cosmos3(ModelFamily):
                                         batch.timestep[b, 0, :, 0, 0], int(batch.num_cond[b]), fps)
             preds.append(model(**kwargs)[0][0])
         return torch.cat(preds)
+
+    @torch.no_grad()
+    def sample_from_first_latent(self, transformer: torch.nn.Module, scheduler, x0: torch.Tensor,
+                                 text: torch.Tensor, noise: torch.Tensor, steps: int, guidance: float,
+                                 fps: float | None = None) -> torch.Tensor:
+        """The pipeline's image-to-video loop on cached inputs: latent frame 0 clean, the rest from `noise`,
+        the network's timestep the scheduler's (sigma x 1000), guidance against the dropped text (row 1)."""
+        from worldtune.train.adapters import unwrap
+
+        config, dtype = unwrap(transformer).config, next(transformer.parameters()).dtype
+        prompt, dropped = (row[row != PAD_ID] for row in text[0])
+        x = noise.float().clone()
+        x[:, :, :1] = x0[:, :, :1].float()
+        noisy = torch.ones(1, 1, x.shape[2], 1, 1, device=x.device)
+        noisy[:, :, 0] = 0.0
+        scheduler.set_timesteps(steps, device=x.device)
+        for t in scheduler.timesteps:
+            frame_sigma = torch.full((x.shape[2],), float(t) / NUM_TRAIN_TIMESTEPS, device=x.device)
+
+            def velocity(ids: torch.Tensor) -> torch.Tensor:
+                kw = transformer_inputs(config, ids, x.to(dtype), frame_sigma, 1, fps)
+                return transformer(**kw)[0][0].float() * noisy  # [1, C, T, H, W]
+
+            v = velocity(prompt)
+            if guidance > 1.0:
+                v_drop = velocity(dropped)
+                v = v_drop + guidance * (v - v_drop)
+            x = scheduler.step(v, t, x, return_dict=False)[0]
+        return x
 
     def forward_flops(self, frames: int, height: int, width: int, batch: int = 1,
                       text_tokens: int | None = None, cond_frames: int = 0) -> FlopCount:

@@ -41,6 +41,8 @@ class ModelFamily:
     fused_adaln: ClassVar[bool] = False  # models/speed.py's per-frame adaLN fusion applies
     multiview: ClassVar[bool] = False  # worldtune's multi-view model and sampler cover this family
     own_sampler: ClassVar[bool] = False  # worldtune's batched-guidance sampler covers this family
+    text_components: ClassVar[tuple[str, ...]] = ("text_encoder",)  # model-folder parts the cached text depends on
+    text_depends_on_clip: ClassVar[bool] = False  # the cached text also depends on the clips' shape and fps
 
     def __init__(self, spec) -> None:
         self.spec = spec
@@ -78,8 +80,10 @@ class ModelFamily:
         return kind
 
     def encode_prompts(self, pipe, prompts: list[str], kind: str, device: torch.device | str | None = None,
-                       max_sequence_length: int | None = None) -> torch.Tensor:
-        """The text conditioning of each prompt, stacked on dim 0: what the cache stores and generation passes on."""
+                       max_sequence_length: int | None = None, *, num_frames: int | None = None,
+                       height: int | None = None, width: int | None = None, fps: float | None = None) -> torch.Tensor:
+        """The text conditioning of each prompt, stacked on dim 0: what the cache stores and generation passes
+        on. The clip's shape and fps matter only where `text_depends_on_clip` (the spec's defaults if unset)."""
         raise NotImplementedError
 
     def text_encoder(self, pipe) -> torch.nn.Module | None:
@@ -96,6 +100,16 @@ class ModelFamily:
         return {}
 
     # ------------------------------------------------------------------ training
+    def objective_defaults(self, height: int, width: int) -> dict[str, Any]:
+        """FlowMatchingLoss settings of the family's own post-training recipe for clips of this size; a
+        train.* field the user sets wins. Empty: the config's defaults (the Cosmos 2.5 recipe)."""
+        return {}
+
+    def full_finetune_parameters(self, transformer: torch.nn.Module) -> list[torch.nn.Parameter]:
+        """What `train.mode = "full"` trains (default: every parameter); the rest is frozen here."""
+        transformer.requires_grad_(True)
+        return list(transformer.parameters())
+
     def predict(self, model: torch.nn.Module, batch, text: torch.Tensor, dtype: torch.dtype,
                 fps: float | None) -> torch.Tensor:
         """The model's velocity for a noised FlowBatch, in the latent layout of `batch.x_t`."""
@@ -139,7 +153,8 @@ class ModelFamily:
         raise NotImplementedError
 
     def sample_from_first_latent(self, transformer: torch.nn.Module, scheduler, x0: torch.Tensor,
-                                 text: torch.Tensor, noise: torch.Tensor, steps: int, guidance: float) -> torch.Tensor:
+                                 text: torch.Tensor, noise: torch.Tensor, steps: int, guidance: float,
+                                 fps: float | None = None) -> torch.Tensor:
         """Latents sampled from the first clean latent frame of `x0` (the trainer's validation videos);
         the unconditional branch is the empty conditioning that text dropout trains."""
         raise NotImplementedError

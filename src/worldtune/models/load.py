@@ -21,7 +21,7 @@ import torch
 from worldtune.atomic import atomic_write_json
 from worldtune.errors import ModelError
 from worldtune.models.build import NoOpSafetyChecker, build_pipeline, build_transformer, pipeline_class, seeded
-from worldtune.models.family import family_by_pipeline, supported_pipelines
+from worldtune.models.family import family_by_pipeline, family_of, supported_pipelines
 from worldtune.models.registry import SPECS, ModelSpec, get_spec
 
 SIDECAR = "worldtune_model.json"  # written by `model init`: which spec a directory was built from
@@ -144,8 +144,6 @@ def load_transformer(name: str | None = None, path: str | None = None, *, dtype:
                      device: str | torch.device = "cpu", seed: int = 0, revision: str | None = None,
                      random_weights: bool = False):
     """Only the transformer (training from caches never needs the VAE or the text encoder)."""
-    from worldtune.models.family import family_of
-
     path = local_model_path(path, revision)
     spec = resolve_spec(name, path)
     root = path or (name if name and Path(name).is_dir() else None)
@@ -230,8 +228,10 @@ def model_id(name: str | None = None, path: str | None = None, seed: int = 0, re
     root = Path(path or name)
     check_model_dir(root)
     h = hashlib.sha256()
-    for sub in ("vae", "text_encoder"):
-        for cfg in sorted((root / sub).glob("config.json")):
+    for sub in ("vae", *family_of(spec_from_dir(root)).text_components):
+        # a model part is named by its config; a tokenizer (no config.json) by all its json files
+        pattern = "config.json" if (root / sub / "config.json").is_file() else "*.json"
+        for cfg in sorted((root / sub).glob(pattern)):
             h.update(cfg.read_bytes())
         _safetensors_sample(root / sub, h)
     if text_projection:

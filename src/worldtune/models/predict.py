@@ -53,7 +53,7 @@ class _Predict(ModelFamily):
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
     def encode_prompts(self, pipe, prompts: list[str], kind: str, device: torch.device | str | None = None,
-                       max_sequence_length: int | None = None) -> torch.Tensor:
+                       max_sequence_length: int | None = None, **clip: Any) -> torch.Tensor:
         """Text embeddings exactly as the pipeline computes them (in the text encoder's dtype)."""
         emb, _ = pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
                                     device=torch.device(device) if device is not None else None,
@@ -99,7 +99,8 @@ class _Predict(ModelFamily):
         return {}
 
     def sample_from_first_latent(self, transformer: torch.nn.Module, scheduler, x0: torch.Tensor,
-                                 text: torch.Tensor, noise: torch.Tensor, steps: int, guidance: float) -> torch.Tensor:
+                                 text: torch.Tensor, noise: torch.Tensor, steps: int, guidance: float,
+                                 fps: float | None = None) -> torch.Tensor:
         from types import SimpleNamespace
 
         from worldtune.models.predict_sampler import Conditioning, denoise
@@ -145,7 +146,7 @@ class Predict25(_Predict):
 
     @torch.no_grad()
     def encode_prompts(self, pipe, prompts: list[str], kind: str, device: torch.device | str | None = None,
-                       max_sequence_length: int | None = None) -> torch.Tensor:
+                       max_sequence_length: int | None = None, **clip: Any) -> torch.Tensor:
         """Optionally through crossattn_proj: the projected embedding is 100x smaller to cache."""
         emb = super().encode_prompts(pipe, prompts, kind, device, max_sequence_length)
         if kind == "projected":

@@ -224,8 +224,9 @@ SPECS: dict[str, ModelSpec] = {
             name="tiny-cosmos3", family="cosmos3", pipeline_class="Cosmos3OmniPipeline", text_encoder_kind="tokens",
             transformer=_TINY_COSMOS3, vae=_TINY_WAN22_VAE, text_encoder={}, scheduler_class="UniPCMultistepScheduler",
             scheduler=_UNIPC_COSMOS3, height=64, width=112, num_frames=17, fps=16,
-            # the byte-level tiny tokenizer spends one token per character, ~200 on the chat template and metadata
-            max_sequence_length=512, lora_targets=COSMOS3_LORA_TARGETS, tiny=True,
+            # the byte-level tiny tokenizer spends one token per character: ~550 for a demo caption with the chat
+            # template and the metadata sentences
+            max_sequence_length=1024, lora_targets=COSMOS3_LORA_TARGETS, tiny=True,
             description="Tiny random Cosmos 3 of the same classes (Edge structure), for tests and the demo",
         ),
     ]

@@ -36,14 +36,16 @@ def lora_config(mode: str, lora, targets: tuple[str, ...]) -> Any:
     )
 
 
-def apply_training_mode(transformer: torch.nn.Module, mode: str, lora,
-                        family_targets: tuple[str, ...] = ()) -> list[torch.nn.Parameter]:
+def apply_training_mode(transformer: torch.nn.Module, mode: str, lora, family=None) -> list[torch.nn.Parameter]:
     """Freeze what does not train, add adapters if asked, and return the trainable parameters.
 
-    Adapters go on `lora.targets`, or where unset on the model family's targets."""
-    targets = tuple(lora.targets or family_targets)
+    Adapters go on `lora.targets`, or where unset on the model family's targets; a full fine-tune
+    trains what the family says (Cosmos 3: the generator pathway only)."""
+    targets = tuple(lora.targets or (family.lora_targets if family is not None else ()))
     transformer.requires_grad_(False)
     if mode == "full":
+        if family is not None:
+            return family.full_finetune_parameters(transformer)
         transformer.requires_grad_(True)
         return [p for p in transformer.parameters()]
     transformer.add_adapter(lora_config(mode, lora, targets), adapter_name=ADAPTER_NAME)

@@ -72,7 +72,7 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     fp = fingerprint(transformer)
     if fp != ck["state"]["base_fingerprint"]:
         raise CheckpointError(f"{source}: the base model at model.path/name is not the one it was trained on")
-    apply_training_mode(transformer, cfg.train.mode, cfg.train.lora, family_of(spec).lora_targets)
+    apply_training_mode(transformer, cfg.train.mode, cfg.train.lora, family_of(spec))
     named = dict(transformer.named_parameters())
     with torch.no_grad():
         for k, v in ck.get("ema", ck["trainable"]).items():

@@ -127,12 +127,13 @@ def transformer_inputs(batch: FlowBatch, text: torch.Tensor, dtype: torch.dtype,
     return kwargs
 
 
-def flow_loss_from_config(cfg) -> FlowMatchingLoss:
-    """The objective configured by a TrainConfig."""
-    return FlowMatchingLoss(
+def flow_loss_from_config(cfg, family_defaults: dict | None = None) -> FlowMatchingLoss:
+    """The objective configured by a TrainConfig; a field the config leaves unset takes the model
+    family's recipe value where it has one (Cosmos 3: NVIDIA's timestep density, shift and conditioning)."""
+    chosen = {k: v for k, v in (family_defaults or {}).items() if k not in cfg.model_fields_set}
+    settings = dict(
         logit_mean=cfg.logit_mean, logit_std=cfg.logit_std, shift=cfg.shift,
         cond_frames_probs=tuple(sorted(cfg.cond_frames_probs.items())), cond_timestep=cfg.cond_timestep,
         text_dropout=cfg.text_dropout, time_distribution=cfg.time_distribution,
     )
-
-
+    return FlowMatchingLoss(**{**settings, **chosen})

@@ -11,6 +11,7 @@ trajectory as one process with the same global batch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -250,9 +251,10 @@ class Trainer:
                     getattr(self.pipe, name).requires_grad_(False)
             self.transformer = self.pipe.transformer
         self.base_fingerprint = fingerprint(self.transformer)
-        self.text_kind = self.cache.info.get("text_kind", "raw") if self.cache_mode else "raw"
+        # decoded clips: the family's plain kind (the last it lists: raw embeddings, or Cosmos 3's token ids)
+        self.text_kind = self.cache.info.get("text_kind", "raw") if self.cache_mode else self.family.text_kinds[-1]
         self._set_aside = self.family.prepare_for_text(self.transformer, self.text_kind)
-        self.params = apply_training_mode(self.transformer, tc.mode, tc.lora, self.family.lora_targets)
+        self.params = apply_training_mode(self.transformer, tc.mode, tc.lora, self.family)
         self.mv = None  # the multi-view wrapper, when the dataset keeps camera views separate
         if (self.data_info.get("layout") or {}).get("type") == "separate":
             from worldtune.models.multiview import MultiViewTransformer
@@ -306,7 +308,8 @@ class Trainer:
                                            weight_decay=tc.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_multiplier(s, tc.steps, tc.warmup, tc.f_max, tc.f_min))
-        self.objective: FlowMatchingLoss = flow_loss_from_config(tc)
+        self.objective: FlowMatchingLoss = flow_loss_from_config(
+            tc, self.family.objective_defaults(self.data_info["height"], self.data_info["width"]))
         self.flops_per_sample = self._flops_per_sample()
 
     def _build_checkpointing(self) -> None:
@@ -349,6 +352,12 @@ class Trainer:
         return f.train_flops_per_sample(f.vae_temporal * (t - 1) + 1, h * f.vae_spatial, w * f.vae_spatial,
                                         self._fused_adaln)
 
+    def _encode_text(self, prompts: list[str]) -> torch.Tensor:
+        """Text conditioning computed on the fly (training from decoded clips), as the cache would store it."""
+        frames = self.cfg.train.num_frames or self.data_info["num_frames"]
+        return self.family.encode_prompts(self.pipe, prompts, self.text_kind, num_frames=frames,
+                                          height=self.data_info["height"], width=self.data_info["width"], fps=self.fps)
+
     def _batch(self, indices: list[int], positions: list[int], micro: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Clean latents, text embeddings and per-sample seeds of this process's micro-batch."""
         tc = self.cfg.train
@@ -365,7 +374,7 @@ class Trainer:
         items = [self.train_set.get(i, torch.Generator().manual_seed(s)) for i, s in zip(indices, seeds)]
         pix = torch.stack([frames_to_pixels(it["frames"]) for it in items])
         x0 = encode(self.pipe.vae, pix)
-        text = self.family.encode_prompts(self.pipe, [it["prompt"] for it in items], "raw").to(dev)
+        text = self._encode_text([it["prompt"] for it in items]).to(dev)
         return x0, text, seeds
 
     def _forward_loss(self, x0: torch.Tensor, text: torch.Tensor, seeds: list[int], model=None, **force) -> torch.Tensor:
@@ -436,7 +445,7 @@ class Trainer:
 
                 it = data.get(i, torch.Generator().manual_seed(i))
                 x0 = encode(self.pipe.vae, frames_to_pixels(it["frames"])[None])
-                text = self.family.encode_prompts(self.pipe, [it["prompt"]], "raw").to(self.dist.device)
+                text = self._encode_text([it["prompt"]]).to(self.dist.device)
             for j, s in enumerate(tc.val_sigmas):
                 loss = self._forward_loss(x0, text, [sample_seed(tc.seed + 1, 0, i * 100 + j)],
                                           model=self.mv or self.transformer, sigma=[s], num_cond=[1])
@@ -473,12 +482,12 @@ class Trainer:
             else:
                 item = data.get(i, torch.Generator().manual_seed(i))
                 x0 = encode(vae, frames_to_pixels(item["frames"])[None]).to(dev)
-                text = self.family.encode_prompts(self.pipe, [item["prompt"]], "raw").to(dev)
+                text = self._encode_text([item["prompt"]]).to(dev)
             noise = initial_noise(tc.seed + i, tuple(x0.shape)).to(dev)
             ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
             with ctx:
                 lat = self.family.sample_from_first_latent(self.transformer, scheduler, x0, text, noise,
-                                                           tc.val_steps, tc.val_guidance)
+                                                           tc.val_steps, tc.val_guidance, self.fps)
             frames = pixels_to_frames(decode(vae, lat.to(dev))[0])
             path = out / f"{item['clip_id']}.mp4"
             write_video(path, frames, float(self.fps))
@@ -653,7 +662,7 @@ class Trainer:
                "trainable_params": self.n_trainable, "world_size": self.dist.world,
                "device": str(self.dist.device), "cache": self.cache_mode, "text_kind": self.text_kind,
                "checkpointed_blocks": len(self.ckpt_blocks), "speed": self.speed, "dataset": self.cfg.train.dataset,
-               "lora": self._lora_settings(),
+               "lora": self._lora_settings(), "objective": dataclasses.asdict(self.objective),
                **(extra or {})}
         atomic_write_json(self.out / "run.json", run, default=str)
 
