@@ -163,7 +163,9 @@ class TrainConfig(Section):
     grad_clip: float = Field(1.0, description="gradient norm clip (0 = off)")
     time_distribution: Literal["logitnormal", "waver"] = Field(
         "logitnormal", description="unshifted timestep distribution: logit-normal (Cosmos 2.5) or 'waver' (NVIDIA's "
-                                   "Cosmos 3 video recipe, with shift 3 / 5 / 10 at 256p / 480p / 720p)")
+                                   "Cosmos 3 video recipe). For a Cosmos 3 model, this, shift, cond_frames_probs and "
+                                   "text_dropout default to NVIDIA's recipe when not set (waver; shift 3/5/10 at "
+                                   "256p/480p/720p; 0.7/0.2/0.1; 0.1)")
     logit_mean: float = Field(0.0, description="mean of the logit-normal timestep distribution")
     logit_std: float = Field(1.0, description="std of the logit-normal timestep distribution")
     shift: float = Field(5.0, description="timestep shift s: sigma = s t / (1 + (s-1) t)")
