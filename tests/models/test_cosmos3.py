@@ -129,7 +129,7 @@ def _lora_transformer(model_dir, mode="lora", rank=4, alpha=8.0):
     from diffusers import Cosmos3OmniTransformer
 
     tr = Cosmos3OmniTransformer.from_pretrained(model_dir, subfolder="transformer")
-    params = apply_training_mode(tr, mode, LoraConfig(rank=rank, alpha=alpha), get_spec("tiny-cosmos3").lora_targets)
+    params = apply_training_mode(tr, mode, LoraConfig(rank=rank, alpha=alpha), family_of(get_spec("tiny-cosmos3")))
     return tr, params
 
 
