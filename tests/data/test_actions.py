@@ -66,7 +66,7 @@ def test_prepare_keeps_actions_aligned_with_each_clip(v3_root, tmp_path):
 
 
 def test_missing_and_nonfinite_actions_are_dropped_and_counted(v3_copy, tmp_path):
-    f = sorted((v3_copy / "data").rglob("*.parquet"))[0]  # episodes 0 and 1
+    f = min((v3_copy / "data").rglob("*.parquet"))  # episodes 0 and 1
     t = pq.read_table(f)
     acts = t.column("action").to_pylist()
     eps = t.column("episode_index").to_pylist()
@@ -87,7 +87,7 @@ def test_bad_action_input_is_a_one_line_error_naming_the_file(v3_root, v3_copy, 
         prep.run(_cfg(v3_root, tmp_path / "b", domain="droid_lerobot"), quiet=True)
     with pytest.raises(ConfigError, match="domain_id = 8 is not a free"):
         prep.run(_cfg(v3_root, tmp_path / "c", domain_id=8), quiet=True)
-    f = sorted((v3_copy / "data").rglob("*.parquet"))[-1]
+    f = max((v3_copy / "data").rglob("*.parquet"))
     t = pq.read_table(f)
     wide = [a + [0.0] for a in t.column("action").to_pylist()]
     pq.write_table(t.set_column(t.schema.get_field_index("action"), "action", pa.array(wide)), f)

@@ -11,9 +11,16 @@ from PIL import Image
 from worldtune.config import LoraConfig
 from worldtune.errors import ConfigError
 from worldtune.models import cosmos3_domains as domains
-from worldtune.models.cosmos3_actions import (INPUT_TABLES, action_canvas, action_prompt_token_ids, domain_rows_state,
-                                              merge_domain_rows, predict_forward_dynamics, register_domain,
-                                              train_domain_rows)
+from worldtune.models.cosmos3_actions import (
+    INPUT_TABLES,
+    action_canvas,
+    action_prompt_token_ids,
+    domain_rows_state,
+    merge_domain_rows,
+    predict_forward_dynamics,
+    register_domain,
+    train_domain_rows,
+)
 from worldtune.models.load import init_model_dir
 from worldtune.models.registry import get_spec
 from worldtune.train.adapters import apply_training_mode

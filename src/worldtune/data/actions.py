@@ -139,7 +139,7 @@ def column_stats(arrays: list[np.ndarray], width: int) -> dict[str, list[float] 
         return {"count": 0, "mean": nan, "std": nan, "min": nan, "max": nan, "q01": nan, "q99": nan}
     sample = rows[np.linspace(0, len(rows) - 1, min(len(rows), QUANTILE_ROWS)).astype(np.int64)]
     q01, q99 = np.quantile(sample, [0.01, 0.99], axis=0)
-    return {"count": int(len(rows)), "mean": rows.mean(0).tolist(), "std": rows.std(0).tolist(),
+    return {"count": len(rows), "mean": rows.mean(0).tolist(), "std": rows.std(0).tolist(),
             "min": rows.min(0).tolist(), "max": rows.max(0).tolist(), "q01": q01.tolist(), "q99": q99.tolist()}
 
 
