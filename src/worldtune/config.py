@@ -55,6 +55,22 @@ class GridConfig(Section):
         description="camera role -> [row, col]; unmapped cells are black")
 
 
+class ActionsConfig(Section):
+    """Robot actions kept beside each clip (for action-conditioned Cosmos 3 models); off unless `key` is set."""
+
+    key: str | None = Field(None, description="the dataset's action feature (LeRobot: `action`); None = no actions")
+    state_key: str | None = Field(None, description="a state feature kept beside the actions "
+                                  "(`observation.state`); None = none")
+    domain: str | None = Field(None, description="Cosmos 3 embodiment domain: an existing one whose actions have the "
+                               "same width and meaning (droid_lerobot: 10-D pose deltas + gripper), or a new name; "
+                               "None = a new domain named after the robot")
+    domain_id: int | None = Field(None, description="slot of a new domain; None = the highest free slot")
+    normalization: Literal["auto", "none", "quantile", "meanstd", "minmax"] = Field(
+        "auto", description="how training scales actions (statistics of the training episodes are always stored): "
+        "quantile maps q01..q99 to -1..1; auto = none for an existing domain (NVIDIA's DROID recipe feeds raw "
+        "actions), quantile for a new one")
+
+
 class PrepareConfig(Section):
     """`worldtune prepare`: a LeRobot (v2.x, v3) or plain video dataset into training clips."""
 
@@ -91,6 +107,7 @@ class PrepareConfig(Section):
     codec: str = Field("libx264", description="video codec of the written clips")
     crf: int = Field(18, description="x264 constant rate factor (lower = better quality)")
     preset: str = Field("medium", description="x264 preset of the written clips")
+    actions: ActionsConfig = Field(default_factory=ActionsConfig, description="robot actions beside each clip")
 
     @field_validator("num_frames")
     @classmethod

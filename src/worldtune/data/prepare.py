@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 
 from worldtune.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, remove_stale_temps
 from worldtune.config import PrepareConfig
+from worldtune.data import actions as action_data
 from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, i420_exact, layout_from_dict, \
     resize_frames, resize_i420
 from worldtune.data.lerobot import Episode, LeRobotDataset, VideoSpan
@@ -67,7 +68,8 @@ PROMPT_PRESETS: dict[str, str] = {
 }
 GRID_PROMPTS = ("droid_grid",)  # presets that describe a 2x2 grid of cameras
 DROP_REASONS = ("empty_episode", "too_short", "missing_task", "unsuccessful", "unknown_success", "missing_camera",
-                "corrupt_video", "truncated_video", "fps_mismatch", "frame_count_mismatch")
+                "corrupt_video", "truncated_video", "fps_mismatch", "frame_count_mismatch",
+                *action_data.DROP_REASONS)
 PROGRESS = ".progress"
 # settings that change what a clip contains: a rerun with other values must not reuse clips
 _CLIP_SETTINGS = ("cameras", "layout", "grid", "num_frames", "stride", "clip_policy", "overlap", "height",
@@ -183,6 +185,18 @@ def plan_episodes(ds: LeRobotDataset, cfg: PrepareConfig, template: str) -> Plan
         plan.jobs.append(EpisodeJob(ep.index, ep.length, task, template.replace("{task}", task), spans,
                                     window_starts(ep.length, cfg), ds.fps))
     return plan
+
+
+def _drop_without_actions(plan: Plan, actions: action_data.ActionSource) -> None:
+    """Episodes whose actions are missing or not finite are dropped (counted) before any video work."""
+    keep = []
+    for job in plan.jobs:
+        reason = actions.drop_reason(job.episode_index, job.length)
+        if reason:
+            plan.dropped[job.episode_index] = reason
+        else:
+            keep.append(job)
+    plan.jobs = keep
 
 
 def _episode_reason(ep: Episode, cfg: PrepareConfig, has_flags: bool) -> tuple[str | None, str | None]:
@@ -380,10 +394,13 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
                 "prepare.layout = \"single\"" if ds.version == "plain" else "")
         raise DatasetError(f"{ds.root}: no camera feature {', '.join(missing)}; the dataset has "
                            f"{', '.join(ds.cameras) or 'none'} (set prepare.cameras{hint})")
+    actions = action_data.ActionSource(ds, cfg.actions) if cfg.actions.key else None
     out = Path(cfg.out)
     with OutputLock(out, "prepare"), _stop_on_sigterm():
         _start_output(out, cfg)
         plan = plan_episodes(ds, cfg, template)
+        if actions is not None:
+            _drop_without_actions(plan, actions)
         records = _load_records(out, {j.episode_index: j for j in plan.jobs})
         todo = [j for j in plan.jobs if j.episode_index not in records]
         ws = WorkerSettings(str(out), layout.to_dict(), cfg.num_frames, cfg.stride, cfg.fps, cfg.codec, cfg.crf,
@@ -392,7 +409,7 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
             atomic_write_json(out / PROGRESS / f"episode_{rec['episode_index']:06d}.json", rec, indent=None)
             records[rec["episode_index"]] = rec
         report = _finish(out, cfg, ds, layout, plan, records, time.perf_counter() - t0,
-                         resumed=len(plan.jobs) - len(todo))
+                         resumed=len(plan.jobs) - len(todo), actions=actions)
     if not quiet:
         print_summary(report)
     if report["counts"]["clips"] == 0:
@@ -544,7 +561,8 @@ _SCHEMA = pa.schema([
 
 
 def _finish(out: Path, cfg: PrepareConfig, ds: LeRobotDataset, layout: Layout, plan: Plan,
-            records: dict[int, dict], seconds: float, resumed: int) -> dict:
+            records: dict[int, dict], seconds: float, resumed: int,
+            actions: action_data.ActionSource | None = None) -> dict:
     dropped = dict(plan.dropped)
     rows: list[dict] = []
     for e in sorted(records):
@@ -563,6 +581,9 @@ def _finish(out: Path, cfg: PrepareConfig, ds: LeRobotDataset, layout: Layout, p
     atomic_write_bytes(out / "manifest.parquet", sink.getvalue().to_pybytes())
 
     report = _report(cfg, ds, plan, dropped, rows, kept, splits, seconds, resumed)
+    report["actions"] = actions.write(out, rows, splits) if actions is not None else None
+    if actions is None:
+        action_data.remove_index(out)
     src_cams = ds.root / "meta" / "cameras.json"
     if src_cams.is_file():
         atomic_write_bytes(out / "cameras.json", src_cams.read_bytes())
@@ -576,7 +597,7 @@ def _finish(out: Path, cfg: PrepareConfig, ds: LeRobotDataset, layout: Layout, p
         "source_sizes": {r: [ds.cameras[k].height, ds.cameras[k].width] for r, k in cfg.cameras.items()},
         "clip_policy": cfg.clip_policy, "overlap": cfg.overlap, "resize": cfg.resize,
         "prompt_template": prompt_template(cfg), "codec": cfg.codec, "crf": cfg.crf, "preset": cfg.preset,
-        "has_cameras_json": src_cams.is_file(), "counts": report["counts"],
+        "has_cameras_json": src_cams.is_file(), "counts": report["counts"], "actions": report["actions"],
     }
     atomic_write_json(out / "info.json", info, indent=2)
     atomic_write_json(out / "report.json", report, indent=2)

@@ -123,8 +123,7 @@ _COSMOS3_NANO: dict[str, Any] = {
 _TINY_COSMOS3: dict[str, Any] = {
     **_COSMOS3_EDGE, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
     "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 320, "rope_axes_dim": [4, 2, 2], "action_dim": 16,
-    "num_embodiment_domains": 4,
-}
+}  # all 32 embodiment-domain slots, as the real models: existing domains (droid_lerobot = 8) and free slots
 # Wan2.2 VAE (48 channels, 16x spatial / 4x temporal), as diffusers' convert_wan_to_diffusers.py writes it;
 # its latents_mean / latents_std (48 values each) come with the checkpoint and are only needed to decode
 # real latents, so the real-size random build uses neutral statistics.
