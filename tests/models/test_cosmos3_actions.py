@@ -23,6 +23,7 @@ from worldtune.models.cosmos3_actions import (
 )
 from worldtune.models.load import init_model_dir
 from worldtune.models.registry import get_spec
+from worldtune.models.family import family_of
 from worldtune.train.adapters import apply_training_mode
 from worldtune.train.flow import FlowBatch, FlowMatchingLoss
 
@@ -133,7 +134,7 @@ def test_lora_step_changes_only_adapters_and_the_domain_rows(model_dir, pipe):
 
     tr = Cosmos3OmniTransformer.from_pretrained(model_dir, subfolder="transformer")
     tables = {n: tr.get_submodule(n).weight.detach().clone() for n in INPUT_TABLES}
-    params = apply_training_mode(tr, "lora", LoraConfig(rank=4, alpha=8.0), get_spec("tiny-cosmos3").lora_targets)
+    params = apply_training_mode(tr, "lora", LoraConfig(rank=4, alpha=8.0), family_of(get_spec("tiny-cosmos3")))
     rows = train_domain_rows(tr, DROID)
     with pytest.raises(ConfigError, match="one domain per run"):
         train_domain_rows(tr, 3)
