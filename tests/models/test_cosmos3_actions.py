@@ -21,9 +21,9 @@ from worldtune.models.cosmos3_actions import (
     register_domain,
     train_domain_rows,
 )
+from worldtune.models.family import family_of
 from worldtune.models.load import init_model_dir
 from worldtune.models.registry import get_spec
-from worldtune.models.family import family_of
 from worldtune.train.adapters import apply_training_mode
 from worldtune.train.flow import FlowBatch, FlowMatchingLoss
 
