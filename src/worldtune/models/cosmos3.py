@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 
 from worldtune.errors import DatasetError
@@ -165,6 +166,8 @@ class Cosmos3(ModelFamily):
     vae_spatial = 16  # Wan2.2 VAE: 16x spatial, 4x temporal, 48 channels
     vae_temporal = 4
     patch = 2
+    prompt_embeddings = False  # the pipeline tokenizes the prompt text; the transformer embeds the ids itself
+    compile_dynamic = None  # text length differs per prompt and between the guidance branches
 
     # ------------------------------------------------------------------ building
     def build_transformer(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
@@ -271,6 +274,31 @@ class Cosmos3(ModelFamily):
             "train_step_flops": 3 * fwd.total, "flop_parts": dict(fwd.parts), "mode": mode,
             "activation_bytes_no_ckpt": None, "activation_bytes_full_ckpt": None,
         }
+
+    # ------------------------------------------------------------------ generation
+    def default_negative_prompt(self, pipe) -> str | None:
+        return None  # the pipeline's: an empty caption with the inverse duration and resolution sentences
+
+    def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
+                 negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
+        """`Cosmos3OmniPipeline.__call__` itself, one video per call.
+
+        The pipeline draws its noise from `generator`: a CPU generator seeded with `seed` draws exactly
+        `noise` (torch.randn on the CPU in float32, then moved). Passing `latents=noise` instead would skip
+        the pipeline's mixing of the clean conditioning frames into the initial latents. The prompt's
+        metadata sentences follow `template_flags`, as in the cache, so a structured caption gets none."""
+        from PIL import Image
+
+        kw: dict[str, Any] = dict(
+            negative_prompt=s.negative_prompt, num_frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
+            num_inference_steps=s.steps, guidance_scale=s.guidance, generator=torch.Generator("cpu").manual_seed(seed),
+            output_type="np", **template_flags(prompt))
+        if frames is not None and s.mode == "image2world":
+            kw["image"] = Image.fromarray(frames[0])
+        elif frames is not None:
+            kw["video"] = [Image.fromarray(f) for f in frames]
+            kw["condition_frame_indexes_vision"] = tuple(range(s.cond_latent_frames))
+        return pipe(prompt, **kw).video
 
     # ------------------------------------------------------------------ adapters
     def save_adapter(self, out: Path, state_dict: dict[str, torch.Tensor], metadata: dict[str, Any]) -> Path:
