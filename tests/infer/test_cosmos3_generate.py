@@ -106,15 +106,20 @@ CAPTION = '{"subject": "a robot arm", "action": "picks up the red cube"}'  # str
 
 
 @pytest.mark.parametrize("mode", ["text2world", "image2world", "video2world"])
-def test_generation_equals_the_plain_pipeline_call(pipe, plain, mode):
+def test_generation_equals_the_plain_pipeline_call(pipe, plain, mode, monkeypatch):
     """Same prompt, conditioning, size, fps, steps, guidance and seed as a user's direct call of the pipeline.
     text2world uses a structured (JSON) caption, which gets no metadata sentences, as in the cache; video2world
-    keeps one latent frame clean (the pipeline's default is two)."""
+    keeps one latent frame clean (the pipeline's default is two). worldtune VAE-encodes only the conditioning
+    frame where the pipeline encodes all F: the Wan VAE is causal in time, so the result is the same."""
     clip = random_frames(F, H, W, seed=4)
     frames = {"text2world": None, "image2world": clip[:1], "video2world": clip[:1]}[mode]
     prompt = CAPTION if mode == "text2world" else PROMPT
     family = family_of(get_spec("tiny-cosmos3"))
+    encoded = []
+    encode = pipe.vae.encode
+    monkeypatch.setattr(pipe.vae, "encode", lambda x, **k: encoded.append(x.shape[2]) or encode(x, **k))
     ours = generate_video(pipe, family, _settings(mode), frames, prompt, None, None, seed=5)
+    assert encoded == ([] if mode == "text2world" else [1])
 
     kw = {"text2world": {"add_resolution_template": False, "add_duration_template": False},
           "image2world": {"image": Image.fromarray(clip[0])},
