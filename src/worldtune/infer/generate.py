@@ -179,7 +179,7 @@ def _load_finetuned(path: str, base: torch.nn.Module, family, dtype: str) -> tor
         model = family.transformer_type().from_pretrained(root, subfolder=sub, local_files_only=True)
     except (OSError, ValueError) as e:
         raise GenerationError(f"generate.transformer={root}: cannot load ({str(e).splitlines()[0]})") from None
-    diff = [k for k in base.config if not k.startswith("_") and model.config.get(k) != base.config.get(k)]
+    diff = [k for k, v in base.config.items() if not k.startswith("_") and k in model.config and model.config[k] != v]
     if diff:
         raise GenerationError(f"generate.transformer={root}: {diff[0]}={model.config.get(diff[0])} but the base model "
                               f"has {base.config.get(diff[0])}; use a transformer fine-tuned from model.name/path")

@@ -162,8 +162,8 @@ def encode_leading_frames(pipe, pixel_frames: int):
     """Within the block, the pipeline VAE-encodes only the first `pixel_frames` frames of its conditioning
     video and leaves zeros for the rest.
 
-    The pipeline encodes a full-length video (the conditioning frames repeated to the end, or black for
-    text2world) and then keeps only the conditioning latent frames: the others are multiplied by a zero
+    The pipeline encodes a full-length video (the conditioning frames repeated to the end, or a blank
+    video for text2world) and then keeps only the conditioning latent frames: the others are multiplied by a zero
     mask before noise replaces them. The Wan VAE encodes causally in time (the first frame alone, then
     4-frame chunks with a feature cache), so the first k latent frames come from the first 4(k-1)+1
     frames alone, bit for bit; encoding only those is the same result without the rest of the work."""
@@ -317,8 +317,7 @@ class Cosmos3(ModelFamily):
         metadata sentences follow `template_flags`, as in the cache, so a structured caption gets none."""
         from PIL import Image
 
-        cond_pixel_frames = {"text2world": 0, "image2world": 1}.get(s.mode, 4 * (s.cond_latent_frames - 1) + 1)
-
+        leading = 0 if frames is None else 1 if s.mode == "image2world" else 4 * (s.cond_latent_frames - 1) + 1
         kw: dict[str, Any] = dict(
             negative_prompt=s.negative_prompt, num_frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
             num_inference_steps=s.steps, guidance_scale=s.guidance, generator=torch.Generator("cpu").manual_seed(seed),
@@ -328,7 +327,7 @@ class Cosmos3(ModelFamily):
         elif frames is not None:
             kw["video"] = [Image.fromarray(f) for f in frames]
             kw["condition_frame_indexes_vision"] = tuple(range(s.cond_latent_frames))
-        with encode_leading_frames(pipe, cond_pixel_frames if frames is not None else 0):
+        with encode_leading_frames(pipe, leading):
             return pipe(prompt, **kw).video
 
     # ------------------------------------------------------------------ adapters
