@@ -18,7 +18,9 @@ as `from_pretrained(torch_dtype=bfloat16)` keeps it) and measures:
   fast_cudnn      `fast` with generate.attention_backend = "cudnn"
   fast_flash      `fast` with generate.attention_backend = "flash"
 
-  Each variant first runs once with 1 step (warm-up: compilation, cuDNN autotuning), then timed.
+  Each variant is warmed up with 1 step (compilation, kernel loading; the first variant as a whole video,
+  the others without decoding), then timed. A `fast_<kernel>` variant is skipped when `pipeline_<kernel>`
+  equals `pipeline` bit for bit (that kernel is PyTorch's own choice, so `fast` already measured it).
   Reported: seconds per video, speed-up over `pipeline`, transformer calls and their time, VAE encode
   and decode time, peak GPU memory, max / mean abs difference of the frames (float, [0, 1]) from
   `pipeline` and PSNR. The two guidance branches stay two transformer calls: their token sequences
@@ -43,6 +45,7 @@ nor PyAV (diffusers' Cosmos 3 pipeline needs transformers for its tokenizer).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -166,11 +169,12 @@ def keep_fp32_modules(model: torch.nn.Module) -> torch.nn.Module:
 
 
 # ------------------------------------------------------------------------------------------ generation
-def generate_once(name: str, pipe, family, args, image: np.ndarray, steps: int) -> np.ndarray:
-    """One image2world video [T, H, W, 3] float in [0, 1]: the plain call, or worldtune's."""
+def generate_once(name: str, pipe, family, args, image: np.ndarray, steps: int, latent: bool = False) -> np.ndarray:
+    """One image2world video [T, H, W, 3] float in [0, 1]: the plain call, or worldtune's (`latent`: the plain
+    call without decoding, a warm-up of the transformer only)."""
     from PIL import Image
 
-    ours = GEN_VARIANTS[name][0]
+    ours = GEN_VARIANTS[name][0] and not latent
     if ours:
         s = SimpleNamespace(mode="image2world", height=args.height, width=args.width, num_frames=args.frames,
                             fps=float(family.spec.fps), steps=steps, guidance=args.guidance, negative_prompt=None,
@@ -178,7 +182,7 @@ def generate_once(name: str, pipe, family, args, image: np.ndarray, steps: int) 
         return family.generate(pipe, s, image[None], PROMPT, None, None, None, args.seed)
     return pipe(PROMPT, image=Image.fromarray(image), num_frames=args.frames, height=args.height, width=args.width,
                 fps=float(family.spec.fps), num_inference_steps=steps, guidance_scale=args.guidance,
-                generator=torch.Generator("cpu").manual_seed(args.seed), output_type="np").video
+                generator=torch.Generator("cpu").manual_seed(args.seed), output_type="latent" if latent else "np").video
 
 
 def switch_on(pipe, family, name: str, state: dict, device: torch.device) -> str | None:
@@ -192,14 +196,14 @@ def switch_on(pipe, family, name: str, state: dict, device: torch.device) -> str
         return "compiled blocks are benchmarked on CUDA only (worldtune generate compiles on CUDA only)"
     if state.get("compiled") and not compiled:
         return "runs uncompiled, but an earlier variant compiled the blocks: put it earlier in --variants"
+    if attention is not None or state.get("pinned"):
+        set_attention(pipe.transformer, attention)  # None: back to PyTorch's choice
+        state["pinned"] = True
     if compiled and not state.get("compiled"):
         # what `worldtune generate` does after loading adapters (infer/generate.py _speed_up)
         apply_speed(pipe.transformer, fused_adaln=False, compile=True, attention=attention,
                     dynamic=family.compile_dynamic)
         state["compiled"] = True
-    elif attention is not None or state.get("pinned"):
-        set_attention(pipe.transformer, attention)  # back to PyTorch's choice for None
-    state["pinned"] = state.get("pinned") or attention is not None
     return None
 
 
@@ -215,18 +219,23 @@ def bench_generation(args, spec, family, device: torch.device, dtype: torch.dtyp
     pipe.set_progress_bar_config(disable=True)
     image = np.random.default_rng(args.seed).integers(0, 256, (args.height, args.width, 3), dtype=np.uint8)
     timer = ForwardTimer(pipe.transformer, device)
-    rows, ref, state = [], None, {}
+    rows, ref, state, default_kernel = [], None, {}, None
     for name in args.variants.split(","):
         if name not in GEN_VARIANTS:
             raise SystemExit(f"unknown generation variant {name!r}: choose from {', '.join(GEN_VARIANTS)}")
-        why = switch_on(pipe, family, name, state, device)
+        _, compiled, attention = GEN_VARIANTS[name]
+        if compiled and attention is not None and attention == default_kernel:
+            why = f"{attention} is PyTorch's own choice here (pipeline_{attention} equals pipeline bit for bit): see fast"
+        else:
+            why = switch_on(pipe, family, name, state, device)
         if why:
             print(f"skip {name}: {why}")
             rows.append({"variant": name, "skipped": why})
             continue
         try:
             t0 = time.perf_counter()
-            generate_once(name, pipe, family, args, image, 1)  # warm-up
+            # warm-up (compilation, kernel loading): a whole 1-step video first, then the transformer alone
+            generate_once(name, pipe, family, args, image, 1, latent=ref is not None)
             warm = time.perf_counter() - t0
             timer.times.clear()
             enc, dec = [], []
@@ -242,6 +251,8 @@ def bench_generation(args, spec, family, device: torch.device, dtype: torch.dtyp
             rows.append({"variant": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
             continue
         ref = video if ref is None else ref
+        if not compiled and attention is not None and np.array_equal(video, ref):
+            default_kernel = attention
         first = next((r for r in rows if "seconds_per_video" in r), None)
         rows.append({
             "variant": name, "seconds_per_video": round(seconds, 3), "warmup_s": round(warm, 2),
@@ -357,6 +368,8 @@ def main() -> None:
     t_start = time.perf_counter()
     gen_rows, extra = bench_generation(args, spec, family, device, dtype)
     t_gen = time.perf_counter() - t_start
+    torch._dynamo.reset()  # drop the generation graphs (and their hold on the generation model)
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     train_rows = bench_training(args, spec, family, device, dtype, extra["tokens"])
