@@ -246,7 +246,7 @@ def bench_generation(args, spec, family, device: torch.device, dtype: torch.dtyp
                 video = generate_once(name, pipe, family, args, image, args.steps)
             sync(device)
             seconds = time.perf_counter() - t0
-        except Exception as e:  # a kernel this PyTorch lacks for these shapes: record it, run the rest
+        except Exception as e:  # noqa: BLE001 -- a kernel this PyTorch lacks for these shapes: record it, run the rest
             print(f"{name} failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             rows.append({"variant": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
             continue
@@ -273,7 +273,12 @@ def bench_generation(args, spec, family, device: torch.device, dtype: torch.dtyp
 # -------------------------------------------------------------------------------------------- training
 def bench_training(args, spec, family, device: torch.device, dtype: torch.dtype, tokens: torch.Tensor) -> list[dict]:
     from worldtune.models.cosmos3 import PAD_ID, recipe_objective
-    from worldtune.models.speed import apply_selective_checkpointing, apply_speed, repeated_blocks, set_attention
+    from worldtune.models.speed import (
+        apply_selective_checkpointing,
+        apply_speed,
+        repeated_blocks,
+        set_attention,
+    )
     from worldtune.train.adapters import apply_training_mode
     from worldtune.train.flow import FlowMatchingLoss
 
@@ -333,7 +338,7 @@ def bench_training(args, spec, family, device: torch.device, dtype: torch.dtype,
                 losses.append(step(100 + i))
                 sync(device)
                 times.append(time.perf_counter() - t0)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- record the failure, run the other variants
             print(f"training {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             rows.append({"variant": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
             continue
