@@ -7,15 +7,18 @@ in the file header. Every adapter is checked BEFORE anything is generated: its k
 Linear modules of this transformer and its shapes must fit them, so an adapter trained on another
 base model (other hidden size, other depth) is a one-line error instead of a crash or, worse, a
 silently half-applied adapter. Shapes alone cannot tell Predict2 from Predict2.5 (they share
-module names and sizes), so the family `worldtune export` records in `worldtune_adapter.json`
-is checked too when the folder has one. Several adapters are loaded side by side under their names, so a
+module names and sizes), so the base-model facts `worldtune export` records in
+`worldtune_adapter.json` (the family's `adapter_info`: family, width, depth) are checked too when
+the folder has one. Several adapters are loaded side by side under their names, so a
 run compares them (and the base model) without reloading anything.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -49,8 +52,9 @@ def adapter_file(path: str | Path) -> Path:
     return f
 
 
-def check_family(weights: Path, family: str) -> None:
-    """Refuse an adapter whose `worldtune_adapter.json` names another model family than the base's."""
+def check_base(weights: Path, base: Mapping[str, Any]) -> None:
+    """Refuse an adapter whose `worldtune_adapter.json` records another base model than `base` (the
+    family's `adapter_info()`): another family first, then any other recorded fact (width, depth)."""
     import json
 
     side = weights.parent / SIDECAR
@@ -61,20 +65,24 @@ def check_family(weights: Path, family: str) -> None:
         trained_on = meta.get("family")
     except (OSError, ValueError, AttributeError) as e:
         raise GenerationError(f"adapter {side}: cannot be read ({type(e).__name__}); re-export the adapter") from None
-    if trained_on and trained_on != family:
+    if trained_on and trained_on != base.get("family"):
         raise GenerationError(f"adapter {weights.parent}: trained on a {trained_on} model ({meta.get('base_model')}) "
-                              f"but the base model is {family}; use an adapter trained on this model family")
+                              f"but the base model is {base.get('family')}; use an adapter trained on this model family")
+    for key, want in base.items():
+        if key not in ("base_model", "family") and meta.get(key, want) != want:
+            raise GenerationError(f"adapter {weights.parent}: trained on {meta.get('base_model')} with {key} = "
+                                  f"{meta[key]} but the base model has {want}; use an adapter trained on this model")
 
 
 def check_adapter(path: str | Path, transformer: torch.nn.Module, name: str, scale: float = 1.0,
-                  family: str | None = None) -> AdapterFile:
-    """Read only the header (keys and shapes) and check it fits `transformer` (and `family`, when
-    the adapter records one); raise GenerationError if not."""
+                  base: Mapping[str, Any] | None = None) -> AdapterFile:
+    """Read only the header (keys and shapes) and check it fits `transformer` (and `base`, the family's
+    `adapter_info()`, when the adapter records its base model); raise GenerationError if not."""
     from safetensors import safe_open
 
     f = adapter_file(path)
-    if family is not None:
-        check_family(f, family)
+    if base is not None:
+        check_base(f, base)
     try:
         with safe_open(str(f), framework="pt") as sf:
             shapes = {k: tuple(sf.get_slice(k).get_shape()) for k in sf.keys()}

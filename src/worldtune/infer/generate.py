@@ -60,7 +60,7 @@ class Settings:
     fps: float
     steps: int
     guidance: float
-    negative_prompt: str
+    negative_prompt: str | None  # None: the pipeline's own default (Cosmos 3)
     cond_latent_frames: int
     cond_timestep: float
     resize: str
@@ -111,7 +111,7 @@ def run(cfg: WorldtuneConfig) -> Path:
     roles = separate_roles(layout)  # camera views kept separate: the multi-view model
     if roles and not family.multiview:
         raise GenerationError(f"{spec.name}: multi-view generation (separate-views inputs) needs a Cosmos-Predict2.5 model")
-    adapters = _check_adapters(g, pipe.transformer, spec.family)  # before anything is generated
+    adapters = _check_adapters(g, pipe.transformer, family)  # before anything is generated
     check_adapters_for_views(adapters, roles)
     variants = _variants(g, adapters)
     settings = _settings(g, spec, inputs, pipe, device, multiview=bool(roles))
@@ -131,11 +131,11 @@ def run(cfg: WorldtuneConfig) -> Path:
             stats[job.variant.label]["resumed"] += 1
         if jobs:
             embeds = PromptEmbeddings(pipe, family, settings.max_sequence_length)
-            embeds.encode_all([j.item.prompt for j in jobs] + ([settings.negative_prompt] if settings.guidance > 1 else []),
-                              device)
+            negative = [settings.negative_prompt] if settings.guidance > 1 and settings.negative_prompt is not None else []
+            embeds.encode_all([j.item.prompt for j in jobs] + negative, device)
             if adapters:
                 load_adapters(pipe.transformer, adapters)
-            _speed_up(pipe.transformer, g, settings)
+            _speed_up(pipe.transformer, g, settings, family.compile_dynamic)
             _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views or roles else None,
                           base_fp, cfg, stats, bool(adapters))
         if records.finish_rank(out, rank, world):
@@ -159,17 +159,16 @@ def _load_model(cfg: WorldtuneConfig, device: torch.device):
     pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype=dtype, device="cpu", seed=cfg.model.seed,
                                vae_dtype=dtype, revision=cfg.model.revision, random_weights=cfg.model.random_weights)
     if cfg.generate.transformer:
-        pipe.register_modules(transformer=_load_finetuned(cfg.generate.transformer, pipe.transformer, dtype))
+        finetuned = _load_finetuned(cfg.generate.transformer, pipe.transformer, family_of(spec), dtype)
+        pipe.register_modules(transformer=finetuned)
     pipe.transformer.to(device)
     pipe.vae.to(device)
     pipe.set_progress_bar_config(disable=True)
     return pipe, spec
 
 
-def _load_finetuned(path: str, base: torch.nn.Module, dtype: str) -> torch.nn.Module:
+def _load_finetuned(path: str, base: torch.nn.Module, family, dtype: str) -> torch.nn.Module:
     """A full fine-tuned transformer folder, checked to be the same architecture as the base model's."""
-    from diffusers import CosmosTransformer3DModel
-
     from worldtune.models.load import DTYPES
 
     root = Path(path)
@@ -177,11 +176,10 @@ def _load_finetuned(path: str, base: torch.nn.Module, dtype: str) -> torch.nn.Mo
     if not (root / (sub or "") / "config.json").is_file():
         raise GenerationError(f"generate.transformer={root}: no config.json (a transformer folder from `worldtune export --fuse`)")
     try:
-        model = CosmosTransformer3DModel.from_pretrained(root, subfolder=sub, local_files_only=True)
+        model = family.transformer_type().from_pretrained(root, subfolder=sub, local_files_only=True)
     except (OSError, ValueError) as e:
         raise GenerationError(f"generate.transformer={root}: cannot load ({str(e).splitlines()[0]})") from None
-    keys = ("num_layers", "num_attention_heads", "attention_head_dim", "in_channels", "text_embed_dim")
-    diff = [k for k in keys if model.config.get(k) != base.config.get(k)]
+    diff = [k for k, v in base.config.items() if not k.startswith("_") and k in model.config and model.config[k] != v]
     if diff:
         raise GenerationError(f"generate.transformer={root}: {diff[0]}={model.config.get(diff[0])} but the base model "
                               f"has {base.config.get(diff[0])}; use a transformer fine-tuned from model.name/path")
@@ -203,9 +201,9 @@ def adapter_label(path: str | Path) -> str:
     return _label(p.parent.name if p.name == "export" else p.name)
 
 
-def _check_adapters(g: GenerateConfig, transformer: torch.nn.Module, family: str) -> list[AdapterFile]:
-    checked = [check_adapter(a.path, transformer, _label(a.name) if a.name else adapter_label(a.path), a.scale, family)
-               for a in g.adapters]
+def _check_adapters(g: GenerateConfig, transformer: torch.nn.Module, family) -> list[AdapterFile]:
+    checked = [check_adapter(a.path, transformer, _label(a.name) if a.name else adapter_label(a.path), a.scale,
+                             family.adapter_info()) for a in g.adapters]
     if g.fuse and len(checked) != 1:
         raise GenerationError(f"generate.fuse=true merges one adapter into the base weights, got {len(checked)}; "
                               f"compare several adapters with fuse=false")
@@ -227,17 +225,14 @@ def _variants(g: GenerateConfig, adapters: list[AdapterFile]) -> list[Variant]:
 
 
 def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.device, multiview: bool = False) -> Settings:
-    neg = g.negative_prompt
-    if neg is None:
-        import importlib
-
-        neg = importlib.import_module(type(pipe).__module__).DEFAULT_NEGATIVE_PROMPT
+    family = family_of(spec)
+    neg = g.negative_prompt if g.negative_prompt is not None else family.default_negative_prompt(pipe)
     height, width = g.height or inputs.height or spec.height, g.width or inputs.width or spec.width
     frames = g.num_frames or inputs.num_frames or spec.num_frames
     if height % 16 or width % 16 or (frames - 1) % 4:
         raise GenerationError(f"{inputs.source}: size {height}x{width}x{frames} frames does not fit the model "
                               f"(height and width multiples of 16, frames 4k+1); set generate.height/width/num_frames")
-    ours = g.sampler == "worldtune" and family_of(spec).own_sampler  # else the family's pipeline as is
+    ours = g.sampler == "worldtune" and family.own_sampler  # else the family's pipeline as is
     if multiview:
         if g.mode != "image2world":
             raise GenerationError(f"{inputs.source}: the multi-view model generates image2world only (one first frame "
@@ -254,14 +249,16 @@ def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.dev
                     compile=cuda if g.compile is None else g.compile and cuda, fused_adaln=ours and g.fused_adaln)
 
 
-def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings) -> None:
-    """The trainer's speed switches (models/speed.py), after the adapters are loaded."""
+def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings, dynamic: bool | None) -> None:
+    """The trainer's speed switches (models/speed.py), after the adapters are loaded; `dynamic` is the
+    family's `compile_dynamic`."""
     from worldtune.models.speed import apply_speed
 
     if g.compile and not s.compile:
         print("note: generate.compile needs CUDA; running eager")
     try:
-        apply_speed(transformer, fused_adaln=s.fused_adaln, compile=s.compile, attention=g.attention_backend)
+        apply_speed(transformer, fused_adaln=s.fused_adaln, compile=s.compile, attention=g.attention_backend,
+                    dynamic=dynamic)
     except ConfigError as e:
         raise GenerationError(f"generate.attention_backend: {e}") from None
 
@@ -294,11 +291,11 @@ def _plan(out: Path, g: GenerateConfig, variants: list[Variant], items: list[Gen
 
 # ------------------------------------------------------------------------------------ generation
 @torch.no_grad()
-def generate_video(pipe, family, s: Settings, frames: np.ndarray | None, prompt_embeds: torch.Tensor,
-                   negative_embeds: torch.Tensor | None, seed: int) -> np.ndarray:
-    """One video [T,H,W,3] float in [0,1] for conditioning frames, embeddings and a seed."""
+def generate_video(pipe, family, s: Settings, frames: np.ndarray | None, prompt: str,
+                   prompt_embeds: torch.Tensor | None, negative_embeds: torch.Tensor | None, seed: int) -> np.ndarray:
+    """One video [T,H,W,3] float in [0,1] for conditioning frames, a prompt (text and embeddings) and a seed."""
     noise = initial_noise(seed, family.latent_shape(pipe, s.num_frames, s.height, s.width))
-    return family.generate(pipe, s, frames, prompt_embeds, negative_embeds, noise, seed)
+    return family.generate(pipe, s, frames, prompt, prompt_embeds, negative_embeds, noise, seed)
 
 
 def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbeddings, out: Path, rank: int,
@@ -346,7 +343,8 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
                     s.cond_timestep).items()}
                 video = mosaic(views)
             else:
-                video = to_uint8(generate_video(pipe, family_of(spec), s, cached[1], pos, neg, job.seed))
+                video = to_uint8(generate_video(pipe, family_of(spec), s, cached[1], job.item.prompt, pos, neg,
+                                                job.seed))
                 views = split_views(video, layout)
             elapsed = time.perf_counter() - t0
             row = _write_outputs(out, job, video, views, s, layout, base_fp, cfg, elapsed)

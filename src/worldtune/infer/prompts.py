@@ -4,7 +4,9 @@ A generation run repeats prompts (N seeds x M models per input, one negative pro
 The Cosmos 2.5 text encoder is a 7B Qwen2.5-VL (15 GiB in bf16): encoding every prompt up front
 and moving the encoder to the CPU frees that memory for denoising, and no prompt is encoded twice.
 Embeddings are kept on the CPU (a 2.5 embedding is 512 x 100352 bf16 = 103 MB per prompt; the
-run encodes only the prompts of the inputs it still has to generate).
+run encodes only the prompts of the inputs it still has to generate). A family whose pipeline
+takes the prompt text (Cosmos 3: token ids go into the transformer's own sequence) has nothing to
+encode up front: its embeddings are None.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import torch
 
 
 class PromptEmbeddings:
-    """prompt text -> its conditioning (an embedding [1, L, D], or text-token ids) on the CPU, filled by `encode_all`."""
+    """prompt text -> its embedding [1, L, D] on the CPU, filled by `encode_all` (None for every prompt
+    when the family's pipeline takes the text itself)."""
 
     def __init__(self, pipe, family, max_sequence_length: int) -> None:
         self.pipe = pipe
@@ -27,6 +30,8 @@ class PromptEmbeddings:
     @torch.no_grad()
     def encode_all(self, prompts: list[str], device: torch.device | str) -> None:
         """Encode every prompt not cached yet (the text encoder runs on `device`), then park the encoder on the CPU."""
+        if not self.family.prompt_embeddings:
+            return
         todo = [p for p in dict.fromkeys(prompts) if p not in self._cache]
         encoder = self.family.text_encoder(self.pipe)
         if todo:
@@ -39,5 +44,5 @@ class PromptEmbeddings:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def get(self, prompt: str, device: torch.device | str) -> torch.Tensor:
-        return self._cache[prompt].to(device)
+    def get(self, prompt: str | None, device: torch.device | str) -> torch.Tensor | None:
+        return self._cache[prompt].to(device) if self.family.prompt_embeddings else None

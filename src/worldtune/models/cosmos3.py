@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 
 from worldtune.errors import DatasetError
@@ -155,6 +157,33 @@ def forward_flops(cfg: Mapping[str, Any], frames: int, height: int, width: int, 
     return FlopCount({k: batch * v for k, v in parts.items()})
 
 
+@contextmanager
+def encode_leading_frames(pipe, pixel_frames: int):
+    """Within the block, the pipeline VAE-encodes only the first `pixel_frames` frames of its conditioning
+    video and leaves zeros for the rest.
+
+    The pipeline encodes a full-length video (the conditioning frames repeated to the end, or a blank
+    video for text2world) and then keeps only the conditioning latent frames: the others are multiplied by a zero
+    mask before noise replaces them. The Wan VAE encodes causally in time (the first frame alone, then
+    4-frame chunks with a feature cache), so the first k latent frames come from the first 4(k-1)+1
+    frames alone, bit for bit; encoding only those is the same result without the rest of the work."""
+    spatial, temporal = pipe.vae_scale_factor_spatial, pipe.vae_scale_factor_temporal
+
+    def lean(x: torch.Tensor) -> torch.Tensor:
+        b, _, t, h, w = x.shape
+        out = x.new_zeros(b, pipe.vae.config.z_dim, (t - 1) // temporal + 1, h // spatial, w // spatial)
+        if pixel_frames:
+            head = type(pipe)._encode_video(pipe, x[:, :, :pixel_frames])
+            out[:, :, :head.shape[2]] = head
+        return out
+
+    pipe._encode_video = lean
+    try:
+        yield
+    finally:
+        del pipe._encode_video
+
+
 class Cosmos3(ModelFamily):
     name = "cosmos3"
     label = "Cosmos 3"
@@ -167,6 +196,8 @@ class Cosmos3(ModelFamily):
     vae_spatial = 16  # Wan2.2 VAE: 16x spatial, 4x temporal, 48 channels
     vae_temporal = 4
     patch = 2
+    prompt_embeddings = False  # the pipeline tokenizes the prompt text; the transformer embeds the ids itself
+    compile_dynamic = None  # text length differs per prompt and between the guidance branches
 
     # ------------------------------------------------------------------ building
     def build_transformer(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
@@ -315,6 +346,33 @@ class Cosmos3(ModelFamily):
             "train_step_flops": 3 * fwd.total, "flop_parts": dict(fwd.parts), "mode": mode,
             "activation_bytes_no_ckpt": None, "activation_bytes_full_ckpt": None,
         }
+
+    # ------------------------------------------------------------------ generation
+    def default_negative_prompt(self, pipe) -> str | None:
+        return None  # the pipeline's: an empty caption with the inverse duration and resolution sentences
+
+    def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
+                 negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
+        """`Cosmos3OmniPipeline.__call__` itself, one video per call, VAE-encoding only the conditioning frames.
+
+        The pipeline draws its noise from `generator`: a CPU generator seeded with `seed` draws exactly
+        `noise` (torch.randn on the CPU in float32, then moved). Passing `latents=noise` instead would skip
+        the pipeline's mixing of the clean conditioning frames into the initial latents. The prompt's
+        metadata sentences follow `template_flags`, as in the cache, so a structured caption gets none."""
+        from PIL import Image
+
+        leading = 0 if frames is None else 1 if s.mode == "image2world" else 4 * (s.cond_latent_frames - 1) + 1
+        kw: dict[str, Any] = dict(
+            negative_prompt=s.negative_prompt, num_frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
+            num_inference_steps=s.steps, guidance_scale=s.guidance, generator=torch.Generator("cpu").manual_seed(seed),
+            output_type="np", **template_flags(prompt))
+        if frames is not None and s.mode == "image2world":
+            kw["image"] = Image.fromarray(frames[0])
+        elif frames is not None:
+            kw["video"] = [Image.fromarray(f) for f in frames]
+            kw["condition_frame_indexes_vision"] = tuple(range(s.cond_latent_frames))
+        with encode_leading_frames(pipe, leading):
+            return pipe(prompt, **kw).video
 
     # ------------------------------------------------------------------ adapters
     def save_adapter(self, out: Path, state_dict: dict[str, torch.Tensor], metadata: dict[str, Any]) -> Path:

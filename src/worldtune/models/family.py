@@ -43,6 +43,12 @@ class ModelFamily:
     own_sampler: ClassVar[bool] = False  # worldtune's batched-guidance sampler covers this family
     text_components: ClassVar[tuple[str, ...]] = ("text_encoder",)  # model-folder parts the cached text depends on
     text_depends_on_clip: ClassVar[bool] = False  # the cached text also depends on the clips' shape and fps
+    # generation hands the sampler prompt embeddings computed once per prompt (False: the pipeline takes the
+    # prompt text and tokenizes it itself, so nothing is encoded up front)
+    prompt_embeddings: ClassVar[bool] = True
+    # torch.compile's `dynamic` for the repeated blocks: False compiles one graph per sequence length (fixed
+    # for a DiT whose text has a fixed length); None lets dynamo mark a length dynamic once it changes
+    compile_dynamic: ClassVar[bool | None] = False
 
     def __init__(self, spec) -> None:
         self.spec = spec
@@ -147,9 +153,19 @@ class ModelFamily:
     def latent_channels(self, pipe) -> int:
         return pipe.transformer.config.in_channels - 1
 
-    def generate(self, pipe, s, frames: np.ndarray | None, prompt_embeds: torch.Tensor,
+    def default_negative_prompt(self, pipe) -> str | None:
+        """The negative prompt generation uses when the config sets none (None: the pipeline's own default)."""
+        import importlib
+
+        return importlib.import_module(type(pipe).__module__).DEFAULT_NEGATIVE_PROMPT
+
+    def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
                  negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
-        """One video [T,H,W,3] float in [0,1] from the sampling settings `s` (infer.generate.Settings)."""
+        """One video [T,H,W,3] float in [0,1] from the sampling settings `s` (infer.generate.Settings).
+
+        `prompt` is the text, for families whose pipeline tokenizes it; the embeddings are None for them
+        (`prompt_embeddings` False). `noise` is `initial_noise(seed, latent_shape)`: a family that lets the
+        pipeline draw it passes a CPU generator seeded with `seed`, which draws the same tensor."""
         raise NotImplementedError
 
     def sample_from_first_latent(self, transformer: torch.nn.Module, scheduler, x0: torch.Tensor,

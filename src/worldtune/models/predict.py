@@ -79,9 +79,9 @@ class _Predict(ModelFamily):
                                fused_adaln=fused_adaln, rank=rank)
 
     # ------------------------------------------------------------------ generation
-    def generate(self, pipe, s, frames: np.ndarray | None, prompt_embeds: torch.Tensor,
+    def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
                  negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
-        """The diffusers pipeline itself, with our noise and cached embeddings."""
+        """The diffusers pipeline itself, with our noise and cached embeddings (the prompt text is not needed)."""
         from PIL import Image
 
         kw: dict[str, Any] = dict(prompt_embeds=prompt_embeds, negative_prompt_embeds=negative_embeds, latents=noise,
@@ -164,10 +164,10 @@ class Predict25(_Predict):
         proj, transformer.crossattn_proj = transformer.crossattn_proj, torch.nn.Identity()
         return {"crossattn_proj": proj}
 
-    def generate(self, pipe, s, frames: np.ndarray | None, prompt_embeds: torch.Tensor,
+    def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
                  negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
         if s.sampler != "worldtune":
-            return super().generate(pipe, s, frames, prompt_embeds, negative_embeds, noise, seed)
+            return super().generate(pipe, s, frames, prompt, prompt_embeds, negative_embeds, noise, seed)
         from worldtune.models import predict_sampler as sampler
 
         cond = sampler.prepare(pipe, frames, noise, s.num_frames, s.height, s.width, s.cond_latent_frames,

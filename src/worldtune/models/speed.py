@@ -253,11 +253,14 @@ def set_attention(transformer: torch.nn.Module, name: str | None) -> None:
         _configure_block(block, attention=name)
 
 
-def compile_blocks(transformer: torch.nn.Module, mode: str | None = None) -> int:
-    """Regional `torch.compile`: each block compiled in place (one shared graph); returns the count."""
+def compile_blocks(transformer: torch.nn.Module, mode: str | None = None, dynamic: bool | None = False) -> int:
+    """Regional `torch.compile`: each block compiled in place (one shared graph); returns the count.
+
+    `dynamic=None` (a model whose sequence length varies, e.g. text tokens in the sequence) recompiles
+    once with the changed length marked dynamic instead of once per length."""
     blocks = repeated_blocks(transformer)
     for block in blocks:
-        block.compile(mode=mode, dynamic=False)
+        block.compile(mode=mode, dynamic=dynamic)
     return len(blocks)
 
 
@@ -268,7 +271,8 @@ def mark_step(transformer: torch.nn.Module) -> None:
 
 
 def apply_speed(transformer: torch.nn.Module, *, fused_adaln: bool = True, compile: bool = False,
-                cuda_graphs: bool = False, attention: str | None = None) -> dict[str, Any]:
+                cuda_graphs: bool = False, attention: str | None = None,
+                dynamic: bool | None = False) -> dict[str, Any]:
     """Apply the chosen switches in place and return them (for run.json / the benchmark table).
 
     Call after the adapters are added. CUDA graphs imply compile (`mode="reduce-overhead"`) and need
@@ -285,7 +289,7 @@ def apply_speed(transformer: torch.nn.Module, *, fused_adaln: bool = True, compi
         set_attention(transformer, attention)
     compiled = 0
     if compile or cuda_graphs:
-        compiled = compile_blocks(transformer, mode="reduce-overhead" if cuda_graphs else None)
+        compiled = compile_blocks(transformer, mode="reduce-overhead" if cuda_graphs else None, dynamic=dynamic)
     transformer._worldtune_cuda_graphs = bool(cuda_graphs)
     return {"fused_adaln": bool(fused_adaln), "compile": bool(compile or cuda_graphs), "compiled_blocks": compiled,
             "cuda_graphs": bool(cuda_graphs), "attention": attention or "default"}
