@@ -286,7 +286,7 @@ def bench_training(args, spec, family, device: torch.device, dtype: torch.dtype,
     torch.manual_seed(args.seed)
     model = keep_fp32_modules(family.build_transformer(device, dtype))
     lora = SimpleNamespace(rank=args.rank, alpha=args.alpha, dropout=0.0, targets=None, init="default")
-    params = apply_training_mode(model, "lora", lora, family.lora_targets)
+    params = apply_training_mode(model, "lora", lora, family)
     if args.checkpoint == "selective":
         apply_selective_checkpointing(model, list(range(len(repeated_blocks(model)))))
     opt = torch.optim.AdamW(params, lr=1e-4, fused=device.type == "cuda")

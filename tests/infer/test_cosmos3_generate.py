@@ -67,7 +67,7 @@ def adapter(model_dir, tmp_path_factory) -> Path:
 
     spec = get_spec("tiny-cosmos3")
     tr = Cosmos3OmniTransformer.from_pretrained(model_dir, subfolder="transformer")
-    params = apply_training_mode(tr, "lora", LoraConfig(rank=4, alpha=8.0), family_of(spec).lora_targets)
+    params = apply_training_mode(tr, "lora", LoraConfig(rank=4, alpha=8.0), family_of(spec))
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in params:
