@@ -37,9 +37,19 @@ def apply_vae_mode(vae, mode: str):
     if mode == "compile":
         vae.encoder.compile()
     elif mode == "channels_last":
-        vae.to(memory_format=torch.channels_last_3d)
+        _channels_last(vae)
     elif mode == "tiled":
         vae.enable_tiling()
     elif mode != "eager":
         raise ValueError(f"unknown VAE mode {mode!r}: choose one of {', '.join(VAE_MODES)}")
     return vae
+
+
+def _channels_last(module: torch.nn.Module) -> None:
+    """5-D weights (conv3d) to channels-last 3D, 4-D ones (the resamplers' conv2d) to channels-last.
+
+    `Module.to(memory_format=...)` takes one format for every weight and fails on the mix."""
+    formats = {5: torch.channels_last_3d, 4: torch.channels_last}
+    for p in module.parameters():
+        if p.dim() in formats:
+            p.data = p.data.contiguous(memory_format=formats[p.dim()])
