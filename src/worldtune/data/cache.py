@@ -196,7 +196,7 @@ class Encoded:
 
 
 def encode_clips(rows: Iterable[dict[str, Any]], encode_row: RowEncoder, writer: ShardWriter,
-                 batch_size: int, description: str = "VAE latents") -> Encoded:
+                 batch_size: int, progress: bool = True) -> Encoded:
     """Encode `rows` (each whole clip: every key it caches), `batch_size` clips to a shard.
 
     A clip the dataset cannot give (unreadable mp4, missing view) is skipped and counted."""
@@ -204,8 +204,8 @@ def encode_clips(rows: Iterable[dict[str, Any]], encode_row: RowEncoder, writer:
 
     rows = list(rows)
     done = Encoded()
-    for start in track(range(0, len(rows), batch_size), description=description, transient=True,
-                       disable=not rows):
+    for start in track(range(0, len(rows), batch_size), description="VAE latents", transient=True,
+                       disable=not (rows and progress)):
         tensors: dict[str, torch.Tensor] = {}
         for row in rows[start:start + batch_size]:
             try:
