@@ -79,8 +79,9 @@ def locate_keys(root: Path) -> dict[str, dict[str, Path]]:
     for kind in KINDS:
         files = {p.name: p for p in sorted(root.glob(f"{kind}-*.safetensors"))}
         listed = {k: n for k, n in (index.get(kind) or {}).items() if n in files}
+        covered = set(listed.values())
         for name, path in files.items():
-            if name not in set(listed.values()):
+            if name not in covered:
                 where[kind].update(dict.fromkeys(_shard_keys(path), path))
         where[kind].update({k: files[n] for k, n in listed.items()})
     return where
@@ -256,7 +257,9 @@ def _marker(root: Path, rank: int) -> Path:
 
 
 def start_rank(root: Path, rank: int) -> None:
+    """Not done yet, and no index: it is rewritten once every process of this launch has finished."""
     _marker(root, rank).unlink(missing_ok=True)
+    (root / INDEX).unlink(missing_ok=True)
 
 
 def finish_rank(root: Path, rank: int, world: int, failed: dict[str, str]) -> Path | None:

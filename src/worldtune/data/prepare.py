@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -34,7 +35,7 @@ import re
 import signal
 import statistics
 import time
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -511,10 +512,18 @@ def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: b
 
         pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn"))
         try:
-            futures: list[Future] = [pool.submit(_guard, process_episode, j, ws) for j in jobs]
-            for fut in as_completed(futures):  # each episode is handed back (and recorded) as it finishes
-                yield fut.result()
-                progress.advance(task)
+            # at most 2 episodes a worker in flight: the workers stay busy, yet write no further ahead of the
+            # main process than that (with `prepare --cache` the VAE there may be slower than the workers)
+            queue, pending = iter(jobs), set()
+            while True:
+                pending |= {pool.submit(_guard, process_episode, j, ws)
+                            for j in itertools.islice(queue, 2 * workers - len(pending))}
+                if not pending:
+                    break
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:  # each episode is handed back (and recorded) as it finishes
+                    yield fut.result()
+                    progress.advance(task)
         except BrokenProcessPool:
             raise WorldtuneError("a prepare worker process died (killed by the out-of-memory killer?): finished "
                                  "episodes are kept; rerun, with fewer prepare.workers if memory is short") from None

@@ -97,9 +97,16 @@ class CacheSink:
 
     def encode(self, rows: list[dict], progress: bool = True) -> None:
         """First frames, then latents (one shard) of the clips not yet cached: a cached clip has its PNGs."""
-        rows = [r for r in rows if not self.has(r)]
+        todo = []
         for r in rows:
-            _write_first_frames(self.root, r)
+            if self.has(r):
+                continue
+            try:
+                _write_first_frames(self.root, r)
+                todo.append(r)
+            except DatasetError as e:
+                self.failed[r["clip_id"]] = str(e)
+        rows = todo
         done = C.encode_clips(rows, self.encode_row, self.writer, batch_size=max(1, len(rows)), progress=progress)
         self.failed.update(done.failed)
         for r in rows:
@@ -151,6 +158,7 @@ def run(cfg, *, on_clip: P.ClipHook | None = None) -> dict[str, Any]:
     with OutputLock(out, "cache", name=".worldtune-rank0.lock"):
         writer = C.ShardWriter(out, 0, enc.store)
         writer.remove_stale_temps()
+        C.start_rank(out, 0)
         sink = CacheSink(root, pcfg, encode_row, keys_of, writer, C.LatentCache(out).clip_ids,
                          ccfg.keep_clips == "all", ccfg.previews)
         P.run(pcfg, sink=sink, on_clip=on_clip)
@@ -162,7 +170,7 @@ def run(cfg, *, on_clip: P.ClipHook | None = None) -> dict[str, Any]:
         batches = C.prompt_batches([r["prompt"] for r in rows] + [""], ccfg.text_batch_size)
         new_prompts = C.encode_texts(enc.pipe, enc.spec, batches, enc.text_kind, C.LatentCache(out).prompt_keys,
                                      writer)
-        C.write_index(out, sink.failed)
+        C.finish_rank(out, 0, 1, sink.failed)
     train_eps = {r["episode_index"] for r in rows if r["split"] == "train"}
     info["streamed"] = {"cache": str(out), "keep_clips": ccfg.keep_clips, "first_frames": FIRST_FRAMES,
                         "preview_episodes": sorted(sink.previews & train_eps) if ccfg.keep_clips == "val" else []}
@@ -175,8 +183,3 @@ def run(cfg, *, on_clip: P.ClipHook | None = None) -> dict[str, Any]:
     C.print_summary(summary, sink.failed)
     return summary
 
-
-def streamed(info: dict[str, Any]) -> dict[str, Any] | None:
-    """What a streamed dataset kept (None for an ordinary one)."""
-    s = info.get("streamed")
-    return s if s and s.get("keep_clips") != "all" else None
