@@ -94,9 +94,16 @@ _PRINT = typer.Option(False, "--print-config", help="Print the resolved config a
 _ALL = ("model", "prepare", "cache", "train", "generate", "evaluate", "report", "compare")
 
 
-@app.command(**stage_command("prepare"))
-def prepare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+@app.command(**stage_command("prepare", "model", "cache", also=" (model and cache: with --cache only)"))
+def prepare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT,
+            with_cache: bool = typer.Option(False, "--cache", help="also cache latents and text embeddings in the "
+                                            "same pass, keeping only held-out and preview clips as mp4 "
+                                            "(cache.keep_clips)")) -> None:
     """Turn a LeRobot dataset into training clips (grid or separate views), with a report."""
+    if with_cache:
+        cfg = _resolve(config, ctx, print_config, ("model", "prepare", "cache"))
+        _stage("worldtune.data.stream")(cfg)
+        return
     cfg = _resolve(config, ctx, print_config, ("prepare",))
     _stage("worldtune.data.prepare")(cfg.prepare)
 

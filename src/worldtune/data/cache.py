@@ -4,31 +4,46 @@ The diffusers example re-encodes every clip with the VAE (≈1 s at 480p) and ev
 7B text encoder on every step; both are fixed functions of the data, so worldtune pays them once.
 
 Format (a folder, by default `<dataset>/cache/<key>/`):
-    info.json                  {"format": "worldtune.cache", "version": 1, "key", "model_id",
-                                "text_kind", "dtype", "height", "width", "num_frames", ...}
-    latents-NNNNNN.safetensors clip_id -> normalised latents [16, T', H/8, W/8]
-    text-NNNNNN.safetensors    sha1(prompt) -> embedding [S, D] ("raw": text encoder output,
-                               "projected": Predict2.5's crossattn_proj output)
+    info.json                        {"format": "worldtune.cache", "version": 1, "key", "model_id",
+                                      "text_kind", "dtype", "height", "width", "num_frames", ...}
+    latents-rRRR-NNNNNN.safetensors  clip_id -> normalised latents [16, T', H/8, W/8] (process RRR's shards)
+    text-rRRR-NNNNNN.safetensors     sha1(prompt) -> embedding [S, D] ("raw": text encoder output,
+                                     "projected": Predict2.5's crossattn_proj output)
+    index.json                       key -> shard file for every shard, written once every process finished
 Every shard is written atomically, so an interrupted run leaves only complete shards and a rerun
 continues with the clips and prompts not yet in one. The key hashes the model's VAE/text encoder
 identity and the clip settings: a cache made for another model or shape is refused in one line.
+
+Several processes (torchrun, SLURM tasks; `RANK`/`WORLD_SIZE` or `SLURM_PROCID`/`SLURM_NTASKS`)
+split the work without talking to each other, as generation does (`worldtune.infer.sharding`):
+process r encodes every W-th clip of the sorted clip ids and every W-th batch of the sorted
+prompts, on GPU `LOCAL_RANK`, into its own shards. Each process marks itself done; the one that
+finds every process of its run done writes the merged `index.json`. Readers trust the index only
+for the shards it names and read the header of any other shard, so a stale or missing index is
+never wrong, only slower to open.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import torch
 
-from worldtune.atomic import atomic_write_bytes, atomic_write_json, remove_stale_temps
+from worldtune.atomic import TMP_MARK, atomic_write_bytes, atomic_write_json
 from worldtune.errors import DatasetError
 from worldtune.lock import OutputLock
 
 FORMAT, VERSION = "worldtune.cache", 1
+INDEX = "index.json"
+KINDS = ("latents", "text")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+RowEncoder = Callable[[dict[str, Any]], dict[str, torch.Tensor]]
 
 
 def prompt_key(prompt: str) -> str:
@@ -49,6 +64,31 @@ def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[st
     atomic_write_bytes(path, save({k: v.contiguous().cpu() for k, v in tensors.items()}, metadata=metadata))
 
 
+def _shard_keys(path: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as st:
+        return list(st.keys())
+
+
+def locate_keys(root: Path) -> dict[str, dict[str, Path]]:
+    """kind -> {key: shard}: from the merged index for the shards it names, from headers for the rest."""
+    try:
+        index = json.loads((root / INDEX).read_text())
+    except (OSError, ValueError):
+        index = {}
+    where: dict[str, dict[str, Path]] = {k: {} for k in KINDS}
+    for kind in KINDS:
+        files = {p.name: p for p in sorted(root.glob(f"{kind}-*.safetensors"))}
+        listed = {k: n for k, n in (index.get(kind) or {}).items() if n in files}
+        covered = set(listed.values())
+        for name, path in files.items():
+            if name not in covered:
+                where[kind].update(dict.fromkeys(_shard_keys(path), path))
+        where[kind].update({k: files[n] for k, n in listed.items()})
+    return where
+
+
 class LatentCache:
     """Read access to a cache folder: latents by clip id, text embeddings by prompt."""
 
@@ -60,14 +100,7 @@ class LatentCache:
         self.info: dict[str, Any] = json.loads(info_path.read_text())
         if self.info.get("format") != FORMAT or self.info.get("version") != VERSION:
             raise DatasetError(f"{info_path}: not a {FORMAT} v{VERSION} cache; rebuild it with `worldtune cache`")
-        self._where: dict[str, dict[str, Path]] = {"latents": {}, "text": {}}
-        for kind in self._where:
-            for shard in sorted(self.root.glob(f"{kind}-*.safetensors")):
-                from safetensors import safe_open
-
-                with safe_open(str(shard), framework="pt") as st:
-                    for k in st.keys():
-                        self._where[kind][k] = shard
+        self._where = locate_keys(self.root)
 
     @property
     def clip_ids(self) -> set[str]:
@@ -112,18 +145,158 @@ def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> d
     mid = model_id(cfg.model.name, cfg.model.path, cfg.model.seed, cfg.model.revision,
                    text_projection=text_kind == "projected")
     h, w, f = dataset_info["height"], dataset_info["width"], dataset_info["num_frames"]
-    fps = float(dataset_info.get("fps") or spec.fps) if family_of(spec).text_depends_on_clip else None
+    fps = clip_fps(dataset_info, spec) if family_of(spec).text_depends_on_clip else None
     return dict(model_id=mid, height=h, width=w, num_frames=f, text_kind=text_kind,
                 max_sequence_length=spec.max_sequence_length, **({"fps": fps} if fps is not None else {}),
                 key=cache_key(mid, h, w, f, text_kind, spec.max_sequence_length, fps))
+
+
+def clip_fps(dataset_info: dict[str, Any], spec) -> float:
+    """The prepared clips' frame rate (the spec's default for a dataset that does not record one)."""
+    return float(dataset_info.get("fps") or spec.fps)
 
 
 def default_cache_dir(dataset: str | Path, key: str) -> Path:
     return Path(dataset) / "cache" / key
 
 
-def _row_encoder(dataset: str, info: dict[str, Any], vae):
-    """What one manifest row caches: {key: latents}, for packed (grid/single) or separate views."""
+# ------------------------------------------------------------------------------------ writing
+class ShardWriter:
+    """Appends the shards of one process: `<kind>-r<rank>-<n>.safetensors`, each written atomically.
+
+    Names carry the rank so processes never collide; numbering continues after the highest shard
+    this rank left in an earlier run (a killed run leaves whole shards only).
+    """
+
+    def __init__(self, root: Path, rank: int, store: torch.dtype):
+        self.root, self.rank, self.store = root, rank, store
+        pat = re.compile(rf"(latents|text)-r{rank:03d}-(\d+)\.safetensors")
+        self.next = dict.fromkeys(KINDS, 0)
+        for p in root.glob(f"*-r{rank:03d}-*.safetensors"):
+            if m := pat.fullmatch(p.name):
+                self.next[m.group(1)] = max(self.next[m.group(1)], int(m.group(2)) + 1)
+
+    def save(self, kind: str, tensors: dict[str, torch.Tensor]) -> Path:
+        path = self.root / f"{kind}-r{self.rank:03d}-{self.next[kind]:06d}.safetensors"
+        # floats in the store dtype; integers (Cosmos 3's text-token ids) as they are
+        _atomic_save({k: v.to(self.store) if v.is_floating_point() else v for k, v in tensors.items()}, path)
+        self.next[kind] += 1
+        return path
+
+    def remove_stale_temps(self) -> None:
+        """Temp files of this rank's shards left by a killed run (other ranks' temps may be live)."""
+        for kind in KINDS:
+            for p in self.root.glob(f".{kind}-r{self.rank:03d}-*{TMP_MARK}*"):
+                p.unlink(missing_ok=True)
+
+
+@dataclass
+class Encoded:
+    """What one process did: keys written, clips that failed (clip id -> reason)."""
+
+    clips: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def encode_clips(rows: Iterable[dict[str, Any]], encode_row: RowEncoder, writer: ShardWriter,
+                 batch_size: int, progress: bool = True) -> Encoded:
+    """Encode `rows` (each whole clip: every key it caches), `batch_size` clips to a shard.
+
+    A clip the dataset cannot give (unreadable mp4, missing view) is skipped and counted."""
+    from rich.progress import track
+
+    rows = list(rows)
+    done = Encoded()
+    for start in track(range(0, len(rows), batch_size), description="VAE latents", transient=True,
+                       disable=not (rows and progress)):
+        tensors: dict[str, torch.Tensor] = {}
+        for row in rows[start:start + batch_size]:
+            try:
+                tensors.update(encode_row(row))
+                done.clips += 1
+            except DatasetError as e:
+                done.failed[row["clip_id"]] = str(e)
+        if tensors:
+            writer.save("latents", tensors)
+    return done
+
+
+def prompt_batches(prompts: Iterable[str], batch_size: int, rank: int = 0, world: int = 1) -> list[list[str]]:
+    """Process `rank`'s batches of the sorted unique prompts.
+
+    The batches are cut before they are shared out, so a prompt is encoded in the same batch for
+    any number of processes (and a rerun re-encodes a batch whole): the embeddings are identical.
+    """
+    ordered = sorted(set(prompts))
+    batches = [ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)]
+    return batches[rank::world]
+
+
+def encode_texts(pipe, spec, batches: list[list[str]], text_kind: str, have: set[str], writer: ShardWriter,
+                 info: dict[str, Any]) -> int:
+    """Encode every batch that holds a prompt not yet cached (for the clips `info` describes: Cosmos 3's
+    text depends on their shape and fps); returns how many prompts were encoded."""
+    from rich.progress import track
+
+    from worldtune.models.family import family_of
+
+    family = family_of(spec)
+    clip = dict(num_frames=info["num_frames"], height=info["height"], width=info["width"], fps=clip_fps(info, spec))
+    todo = [b for b in batches if any(prompt_key(p) not in have for p in b)]
+    for batch in track(todo, description="text embeddings", transient=True, disable=not todo):
+        emb = family.encode_prompts(pipe, batch, text_kind, **clip)
+        writer.save("text", {prompt_key(p): e for p, e in zip(batch, emb)})
+    return sum(len(b) for b in todo)
+
+
+# ------------------------------------------------------------------------------ processes
+def run_id() -> str:
+    """What the processes of one launch share (torchrun's run id, SLURM's job and step), else ''."""
+    env = os.environ
+    if env.get("TORCHELASTIC_RUN_ID"):
+        return env["TORCHELASTIC_RUN_ID"]
+    if env.get("SLURM_JOB_ID"):
+        return f"{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '')}"
+    return ""
+
+
+def _marker(root: Path, rank: int) -> Path:
+    return root / f".rank{rank}.done"
+
+
+def start_rank(root: Path, rank: int) -> None:
+    """Not done yet, and no index: it is rewritten once every process of this launch has finished."""
+    _marker(root, rank).unlink(missing_ok=True)
+    (root / INDEX).unlink(missing_ok=True)
+
+
+def finish_rank(root: Path, rank: int, world: int, failed: dict[str, str]) -> Path | None:
+    """Mark this process done; if every process of this run is, write the merged index (returned)."""
+    atomic_write_json(_marker(root, rank), {"world": world, "run": run_id(), "failed": failed})
+    marks = []
+    for r in range(world):
+        try:
+            marks.append(json.loads(_marker(root, r).read_text()))
+        except (OSError, ValueError):
+            return None
+    if any(m.get("world") != world or m.get("run") != run_id() for m in marks):
+        return None
+    return write_index(root, {k: v for m in marks for k, v in (m.get("failed") or {}).items()})
+
+
+def write_index(root: Path, failed: dict[str, str] | None = None) -> Path:
+    """index.json: every key of every shard now in the folder -> its shard file (atomic, idempotent)."""
+    where = locate_keys(root)
+    index = {"format": "worldtune.cache.index", "version": 1, "failed": dict(sorted((failed or {}).items())),
+             **{kind: {k: p.name for k, p in sorted(where[kind].items())} for kind in KINDS}}
+    return atomic_write_json(root / INDEX, index, indent=None)
+
+
+# -------------------------------------------------------------------------------------- stage
+def row_encoder(dataset: str | Path, info: dict[str, Any], vae) -> tuple[RowEncoder, list[Callable], dict]:
+    """What one manifest row caches: {key: latents}, for packed (grid/single) or separate views.
+
+    Returns (encode a row, the key functions of a row, extra info.json fields)."""
     from worldtune.data.dataset import read_clip_frames
     from worldtune.models.latents import encode, frames_to_pixels
 
@@ -143,68 +316,98 @@ def _row_encoder(dataset: str, info: dict[str, Any], vae):
     return packed, [lambda row: row["clip_id"]], {}
 
 
-def run(cfg) -> dict[str, Any]:
-    """Encode every clip (every view of it, for separate-views datasets) and every unique prompt."""
-    from rich.console import Console
-    from rich.progress import track
-    from rich.table import Table
+def device_for(name: str, local_rank: int) -> str:
+    """auto (or a bare 'cuda') -> this process's GPU, else the CPU; anything else as given."""
+    if name in ("auto", "cuda"):
+        return f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+    return name
 
-    from worldtune.data.dataset import read_dataset
-    from worldtune.models.family import family_of
+
+@dataclass
+class Encoder:
+    """The loaded models and settings a cache is written with (shared by `cache` and `prepare --cache`)."""
+
+    pipe: Any
+    spec: Any
+    device: str
+    text_kind: str
+    vae_mode: str
+    store: torch.dtype
+
+
+def load_encoder(cfg, local_rank: int = 0) -> Encoder:
+    """Load the pipeline on this process's device and switch its VAE to the configured mode."""
     from worldtune.models.load import load_pipeline
+    from worldtune.models.vae_modes import apply_vae_mode, resolve_vae_mode
 
     ccfg = cfg.cache
-    info, manifest = read_dataset(ccfg.dataset)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if ccfg.device == "auto" else ccfg.device
-    pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if device == "cuda" else "fp32",
+    device = device_for(ccfg.device, local_rank)
+    cuda = torch.device(device).type == "cuda"
+    vae_dtype = ccfg.vae_dtype if ccfg.vae_dtype != "auto" else ("bf16" if cuda else "fp32")
+    pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if cuda else "fp32", vae_dtype=vae_dtype,
                                device=device, seed=cfg.model.seed, revision=cfg.model.revision,
                                random_weights=cfg.model.random_weights)
-    encode_row, keys_of, extra = _row_encoder(ccfg.dataset, info, pipe.vae)
-    family = family_of(spec)
-    text_kind = family.resolve_text_kind(ccfg.text)
-    settings = cache_settings(cfg, info, spec, text_kind)
-    out = Path(ccfg.out) if ccfg.out else default_cache_dir(ccfg.dataset, settings["key"])
-    with OutputLock(out, "cache"):  # one live run per cache folder
-        remove_stale_temps(out)
-        info_out = {"format": FORMAT, "version": VERSION, **settings, "dtype": ccfg.dtype,
-                    "dataset": str(Path(ccfg.dataset).resolve()), "family": spec.family, **extra}
-        if (out / "info.json").is_file():
-            LatentCache(out).check({k: info_out[k] for k in ("key", "model_id", "text_kind", "dtype")})
-        else:
-            atomic_write_json(out / "info.json", info_out)
+    mode = resolve_vae_mode(ccfg.vae_mode, device)
+    apply_vae_mode(pipe.vae, mode)
+    from worldtune.models.family import family_of
+
+    return Encoder(pipe, spec, device, family_of(spec).resolve_text_kind(ccfg.text), mode, DTYPES[ccfg.dtype])
+
+
+def open_cache(cfg, enc: Encoder, dataset: str | Path, info: dict[str, Any], extra: dict[str, Any]) -> Path:
+    """The cache folder for this dataset and model: created with its info.json, or checked against it."""
+    settings = cache_settings(cfg, info, enc.spec, enc.text_kind)
+    out = Path(cfg.cache.out) if cfg.cache.out else default_cache_dir(dataset, settings["key"])
+    info_out = {"format": FORMAT, "version": VERSION, **settings, "dtype": cfg.cache.dtype,
+                "dataset": str(Path(dataset).resolve()), "family": enc.spec.family, **extra}
+    if (out / "info.json").is_file():
+        LatentCache(out).check({k: info_out[k] for k in ("key", "model_id", "text_kind", "dtype")})
+    else:
+        atomic_write_json(out / "info.json", info_out)
+    return out
+
+
+def run(cfg) -> dict[str, Any]:
+    """Encode this process's share of the clips (every view, for separate-views datasets) and prompts."""
+    from worldtune.data.dataset import read_dataset
+    from worldtune.infer.sharding import process_index, shard
+
+    ccfg = cfg.cache
+    rank, world, local_rank = process_index()
+    info, manifest = read_dataset(ccfg.dataset)
+    enc = load_encoder(cfg, local_rank)
+    encode_row, keys_of, extra = row_encoder(ccfg.dataset, info, enc.pipe.vae)
+    out = open_cache(cfg, enc, ccfg.dataset, info, extra)
+    with OutputLock(out, "cache", name=f".worldtune-rank{rank}.lock"):  # one live run per folder and rank
+        writer = ShardWriter(out, rank, enc.store)
+        writer.remove_stale_temps()
+        start_rank(out, rank)
         cache = LatentCache(out)
-        store = DTYPES[ccfg.dtype]
-        todo = [r for r in manifest if not all(k(r) in cache.clip_ids for k in keys_of)]
-        failed: list[str] = []
-        shard = len(list(out.glob("latents-*.safetensors")))
-        for start in track(range(0, len(todo), ccfg.batch_size), description="VAE latents", transient=True):
-            tensors = {}
-            for row in todo[start:start + ccfg.batch_size]:
-                try:
-                    tensors.update({k: v.to(store) for k, v in encode_row(row).items()})
-                except DatasetError as e:
-                    failed.append(f"{row['clip_id']}: {e}")
-            if tensors:
-                _atomic_save(tensors, out / f"latents-{shard:06d}.safetensors")
-                shard += 1
-        prompts = sorted({r["prompt"] for r in manifest} | {""})
-        todo_p = [p for p in prompts if prompt_key(p) not in cache.prompt_keys]
-        tshard = len(list(out.glob("text-*.safetensors")))
-        for start in track(range(0, len(todo_p), ccfg.batch_size), description="text embeddings", transient=True):
-            batch = todo_p[start:start + ccfg.batch_size]
-            emb = family.encode_prompts(pipe, batch, text_kind, num_frames=info["num_frames"], height=info["height"],
-                                        width=info["width"], fps=float(info.get("fps") or spec.fps))
-            _atomic_save({prompt_key(p): e.to(store) if e.is_floating_point() else e for p, e in zip(batch, emb)}, out / f"text-{tshard:06d}.safetensors")
-            tshard += 1
-        summary = {"cache": str(out), "clips": len(manifest), "views": ",".join(extra.get("views", [])) or "packed",
-                   "encoded": len(todo) - len(failed), "already": len(manifest) - len(todo), "failed": len(failed),
-                   "prompts": len(prompts), "new_prompts": len(todo_p), "text_kind": text_kind, "device": device}
+        have = cache.clip_ids
+        mine = shard(manifest, rank, world, key=lambda r: r["clip_id"])
+        todo = [r for r in mine if not all(k(r) in have for k in keys_of)]
+        done = encode_clips(todo, encode_row, writer, ccfg.batch_size)
+        batches = prompt_batches([r["prompt"] for r in manifest] + [""], ccfg.text_batch_size, rank, world)
+        new_prompts = encode_texts(enc.pipe, enc.spec, batches, enc.text_kind, cache.prompt_keys, writer, info)
+        index = finish_rank(out, rank, world, done.failed)
+    summary = {"cache": str(out), "process": f"{rank}/{world}", "clips": len(manifest), "mine": len(mine),
+               "views": ",".join(extra.get("views", [])) or "packed", "encoded": done.clips,
+               "already": len(mine) - len(todo), "failed": len(done.failed), "new_prompts": new_prompts,
+               "text_kind": enc.text_kind, "device": enc.device, "vae_mode": enc.vae_mode,
+               "index": str(index) if index else "waiting for the other processes"}
+    print_summary(summary, done.failed)
+    return summary
+
+
+def print_summary(summary: dict[str, Any], failed: dict[str, str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title="worldtune cache")
     table.add_column("item")
     table.add_column("value")
     for k, v in summary.items():
         table.add_row(k, str(v))
     Console().print(table)
-    for f in failed:
-        Console(stderr=True).print(f"[yellow]skipped[/] {f}")
-    return summary
+    for clip, why in failed.items():
+        Console(stderr=True).print(f"[yellow]skipped[/] {clip}: {why}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -34,11 +35,11 @@ import re
 import signal
 import statistics
 import time
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -221,13 +222,21 @@ def assign_splits(episodes: list[int], val_fraction: float, seed: int) -> dict[i
     Each episode's rank depends only on (seed, episode index), so the held-out set is stable when
     episodes are added or the run is resumed.
     """
-    n = len(episodes)
-    k = 0
-    if val_fraction > 0 and n > 1:
-        k = min(n - 1, max(1, math.ceil(val_fraction * n - 1e-9)))
-    ranked = sorted(episodes, key=lambda e: hashlib.sha1(f"{seed}:{e}".encode()).hexdigest())
-    val = set(ranked[:k])
+    ranked = sorted(episodes, key=lambda e: split_rank(seed, e))
+    val = set(ranked[:val_count(len(episodes), val_fraction)])
     return {e: ("val" if e in val else "train") for e in episodes}
+
+
+def val_count(n: int, val_fraction: float) -> int:
+    """How many of n kept episodes are held out (never more as n shrinks: it grows with n)."""
+    if val_fraction > 0 and n > 1:
+        return min(n - 1, max(1, math.ceil(val_fraction * n - 1e-9)))
+    return 0
+
+
+def split_rank(seed: int, episode: int) -> str:
+    """An episode's place in the hold-out order: the first `val_count` kept episodes are val."""
+    return hashlib.sha1(f"{seed}:{episode}".encode()).hexdigest()
 
 
 # -------------------------------------------------------------------------------------- worker
@@ -369,11 +378,26 @@ def _check_cameras(job: EpisodeJob) -> tuple[str | None, str | None, float, dict
 
 
 # ---------------------------------------------------------------------------------------- run
-def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = False) -> dict:
+class EpisodeSink(Protocol):
+    """Takes each finished episode in the main process (`worldtune prepare --cache` encodes it)."""
+
+    def has(self, row: dict) -> bool:
+        """The clip is stored elsewhere: a done-record stays valid without its mp4s."""
+
+    def begin(self, jobs: list[EpisodeJob], records: dict[int, dict]) -> None:
+        """Called once, after planning, with the done-records of earlier runs."""
+
+    def take(self, rec: dict) -> None:
+        """Called for each finished episode before its done-record is written."""
+
+
+def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = False,
+        sink: EpisodeSink | None = None) -> dict:
     """Prepare `cfg.source` into `cfg.out`; resumable. Returns the report dict.
 
     `on_clip(clip_id)` is called after each clip file is written (tests use it to simulate a
-    kill; with workers > 1 it runs in the worker process and must be picklable).
+    kill; with workers > 1 it runs in the worker process and must be picklable). `sink` takes
+    every finished episode (see `EpisodeSink`).
     """
     cfg = getattr(cfg, "prepare", cfg)  # accept the whole WorldtuneConfig too
     t0 = time.perf_counter()
@@ -401,11 +425,15 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
         plan = plan_episodes(ds, cfg, template)
         if actions is not None:
             _drop_without_actions(plan, actions)
-        records = _load_records(out, {j.episode_index: j for j in plan.jobs})
+        records = _load_records(out, {j.episode_index: j for j in plan.jobs}, sink.has if sink else None)
         todo = [j for j in plan.jobs if j.episode_index not in records]
+        if sink is not None:
+            sink.begin(plan.jobs, records)
         ws = WorkerSettings(str(out), layout.to_dict(), cfg.num_frames, cfg.stride, cfg.fps, cfg.codec, cfg.crf,
                             cfg.preset, 1, str(ds.root), dict(cfg.cameras), on_clip)  # 1 thread: same bytes anywhere
         for rec in _run_jobs(todo, ws, cfg.workers, quiet):
+            if sink is not None:
+                sink.take(rec)
             atomic_write_json(out / PROGRESS / f"episode_{rec['episode_index']:06d}.json", rec, indent=None)
             records[rec["episode_index"]] = rec
         report = _finish(out, cfg, ds, layout, plan, records, time.perf_counter() - t0,
@@ -472,8 +500,10 @@ def _start_output(out: Path, cfg: PrepareConfig) -> None:
     remove_stale_temps(out, recursive=True)  # we hold the folder's lock: no live writer owns them
 
 
-def _load_records(out: Path, wanted: dict[int, EpisodeJob]) -> dict[int, dict]:
-    """Done-records of earlier runs that still hold: every clip file exists, and a drop's sources are unchanged.
+def _load_records(out: Path, wanted: dict[int, EpisodeJob],
+                  stored: Callable[[dict], bool] | None = None) -> dict[int, dict]:
+    """Done-records of earlier runs that still hold: every clip file exists (or `stored` has the clip),
+    and a drop's sources are unchanged.
 
     A drop is a verdict on the source files it read; if one changed since (a download finished or
     was repaired) the episode is tried again. Records without source fingerprints are retried too.
@@ -488,15 +518,21 @@ def _load_records(out: Path, wanted: dict[int, EpisodeJob]) -> dict[int, dict]:
             if rec["dropped"]:
                 if rec.get("sources") != source_fingerprint(wanted[e]):
                     continue
-            else:
-                files = [r["video"] for r in rec["rows"] if r["video"]] + [
-                    v for r in rec["rows"] if r["views"] for v in json.loads(r["views"]).values()]
-                if not all((out / f).is_file() for f in files):
-                    continue
+            elif not all(_clip_files_exist(out, r) or (stored is not None and stored(r)) for r in rec["rows"]):
+                continue
         except (OSError, ValueError, KeyError, TypeError):
             continue  # unreadable record: redo the episode
         recs[e] = rec
     return recs
+
+
+def clip_files(row: dict) -> list[str]:
+    """The mp4s of one manifest row, relative to the dataset folder (one packed video, or one per view)."""
+    return [row["video"]] if row.get("video") else list(json.loads(row["views"]).values()) if row.get("views") else []
+
+
+def _clip_files_exist(out: Path, row: dict) -> bool:
+    return all((out / f).is_file() for f in clip_files(row))
 
 
 def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: bool):
@@ -516,10 +552,18 @@ def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: b
 
         pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn"))
         try:
-            futures: list[Future] = [pool.submit(_guard, process_episode, j, ws) for j in jobs]
-            for fut in as_completed(futures):  # each episode is handed back (and recorded) as it finishes
-                yield fut.result()
-                progress.advance(task)
+            # at most 2 episodes a worker in flight: the workers stay busy, yet write no further ahead of the
+            # main process than that (with `prepare --cache` the VAE there may be slower than the workers)
+            queue, pending = iter(jobs), set()
+            while True:
+                pending |= {pool.submit(_guard, process_episode, j, ws)
+                            for j in itertools.islice(queue, 2 * workers - len(pending))}
+                if not pending:
+                    break
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:  # each episode is handed back (and recorded) as it finishes
+                    yield fut.result()
+                    progress.advance(task)
         except BrokenProcessPool:
             raise WorldtuneError("a prepare worker process died (killed by the out-of-memory killer?): finished "
                                  "episodes are kept; rerun, with fewer prepare.workers if memory is short") from None

@@ -176,7 +176,11 @@ def _read_dataset(root: Path, split: str) -> InputSet:
             continue
         video = root / str(row["video"])
         if not video.is_file():
-            out.skipped["clip file missing"] += 1
+            first = root / "first_frames" / f"{row['clip_id']}.png"  # `prepare --cache` keeps only first frames
+            if first.is_file():
+                out.items.append(GenerationInput(name, prompt, image=first, instruction=task))
+            else:
+                out.skipped["clip file missing"] += 1
             continue
         out.items.append(GenerationInput(name, prompt, video=video, instruction=task, ground_truth=video))
     if not out.items and not out.skipped:

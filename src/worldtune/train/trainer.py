@@ -93,6 +93,10 @@ def _open_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
         if (info.get("layout") or {}).get("type") == "separate":
             raise ConfigError(f"{tc.dataset} has separate camera views: the multi-view model trains from the per-view "
                               f"cache; run `worldtune cache` first")
+        if (info.get("streamed") or {}).get("keep_clips") == "val":
+            raise ConfigError(f"{tc.dataset} was made by `worldtune prepare --cache`, which keeps only held-out and "
+                              f"preview clips as video: train from its cache (train.cache = \"auto\") or prepare "
+                              f"again without --cache")
         frames = tc.num_frames or info["num_frames"]
         return None, DecodedClips(tc.dataset, rows, frames, "train"), DecodedClips(tc.dataset, rows, frames, "val"), info
     path = Path(tc.cache) if tc.cache not in (None, "auto") else None
