@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 
 VAE_MODES = ("eager", "compile", "channels_last", "tiled")
-# the fastest accepted mode of benchmarks/results/vae_encode_bench.json ("chosen"); eager until an H200 run says otherwise
-CUDA_MODE = "eager"
+# the fastest accepted mode of benchmarks/results/vae_encode_bench.json ("chosen"): one H200, 2026-12-03
+CUDA_MODE = "channels_last"
 
 
 def resolve_vae_mode(mode: str, device: str | torch.device) -> str:
