@@ -12,7 +12,8 @@ import torch
 from worldtune.config import CacheConfig, ModelConfig, PrepareConfig, WorldtuneConfig
 from worldtune.data.cache import LatentCache
 from worldtune.data.dataset import read_dataset
-from worldtune.data.multiview_cache import MultiViewCachedClips, dataset_roles, run as cache_views, view_key
+from worldtune.data.cache import run as cache_views
+from worldtune.data.multiview_cache import MultiViewCachedClips, dataset_roles, view_key
 from worldtune.errors import DatasetError
 
 ROLES = ["exterior_1", "exterior_2", "wrist"]

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from worldtune.data.cache import LatentCache
 from worldtune.errors import DatasetError
+
+if TYPE_CHECKING:  # the reader is handed a cache; data/cache.py imports this module's per-view helpers
+    from worldtune.data.cache import LatentCache
 
 
 def view_key(clip_id: str, role: str) -> str:
@@ -62,16 +64,6 @@ def encode_views(vae, frames: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     roles = list(frames)
     lat = encode(vae, torch.stack([frames_to_pixels(frames[r]) for r in roles]))
     return dict(zip(roles, lat))
-
-
-def run(cfg) -> dict[str, Any]:
-    """Cache a separate-views dataset: `worldtune.data.cache.run` does it (one latent per view)."""
-    from worldtune.data.cache import run as cache_run
-    from worldtune.data.dataset import read_dataset
-
-    info, _ = read_dataset(cfg.cache.dataset)
-    dataset_roles(info, cfg.cache.dataset)  # refuse a packed dataset here, in one line
-    return cache_run(cfg)
 
 
 class MultiViewCachedClips:
