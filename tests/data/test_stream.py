@@ -84,7 +84,7 @@ def test_streamed_cache_keeps_val_and_preview_clips_and_resumes_after_a_crash(v3
 
 
 def test_training_from_decoded_clips_of_a_streamed_dataset_is_refused(tmp_path):
-    from worldtune.train.trainer import _build_data
+    from worldtune.train.trainer import _open_data
 
     (tmp_path / "info.json").write_text(json.dumps({"format": "worldtune.dataset", "layout": {"type": "grid"},
                                                     "num_frames": 9, "streamed": {"keep_clips": "val"}}))
@@ -94,4 +94,4 @@ def test_training_from_decoded_clips_of_a_streamed_dataset_is_refused(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"clip_id": "a", "split": "train"}]), tmp_path / "manifest.parquet")
     cfg = WorldtuneConfig.model_validate({"train": {"dataset": str(tmp_path), "cache": "none"}})
     with pytest.raises(ConfigError, match="prepare --cache"):
-        _build_data(cfg, None, cache_mode=False)
+        _open_data(cfg, None, cache_mode=False)
