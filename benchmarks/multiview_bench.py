@@ -94,7 +94,8 @@ def build(spec, device: torch.device, dtype: torch.dtype, rank: int, checkpointi
 def run_variant(name: str, spec, args, device: torch.device, frames: int, hw: tuple[int, int], views: int) -> dict:
     from worldtune.models.flops import train_step_flops
     from worldtune.models.multiview import MultiViewTransformer, multiview_flow_batch
-    from worldtune.train.flow import FlowMatchingLoss, transformer_inputs
+    from worldtune.models.predict import transformer_inputs
+    from worldtune.train.flow import FlowMatchingLoss
 
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32

@@ -51,7 +51,8 @@ from worldtune.models.latents import encode  # noqa: E402
 from worldtune.models.registry import get_spec  # noqa: E402
 from worldtune.models import speed  # noqa: E402
 from worldtune.train.adapters import apply_training_mode  # noqa: E402
-from worldtune.train.flow import FlowMatchingLoss, sample_seed, transformer_inputs  # noqa: E402
+from worldtune.models.predict import transformer_inputs  # noqa: E402
+from worldtune.train.flow import FlowMatchingLoss, sample_seed  # noqa: E402
 
 from worldtune.train.trainer import apply_checkpointing, choose_checkpointing  # noqa: E402  (needs pydantic)
 

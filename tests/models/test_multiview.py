@@ -15,7 +15,8 @@ from worldtune.models.multiview import (
     MultiViewTransformer, from_extras, load_multiview_extras, multiview_flow_batch, save_multiview_extras,
     stack_views, unstack_views)
 from worldtune.models.registry import LORA_TARGETS, get_spec
-from worldtune.train.flow import FlowMatchingLoss, transformer_inputs
+from worldtune.models.predict import transformer_inputs
+from worldtune.train.flow import FlowMatchingLoss
 
 V, T, H, W, B = 3, 3, 8, 12, 2
 

@@ -17,7 +17,8 @@ from worldtune.models.build import build_transformer
 from worldtune.models.registry import get_spec
 from worldtune.models import speed
 from worldtune.train.adapters import apply_training_mode
-from worldtune.train.flow import FlowMatchingLoss, transformer_inputs
+from worldtune.models.predict import transformer_inputs
+from worldtune.train.flow import FlowMatchingLoss
 from worldtune.train.trainer import apply_checkpointing
 
 ROOT = Path(__file__).resolve().parents[2]

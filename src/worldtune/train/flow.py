@@ -110,23 +110,6 @@ class FlowMatchingLoss:
         return per_sample.mean()
 
 
-def transformer_inputs(batch: FlowBatch, text: torch.Tensor, dtype: torch.dtype, fps: int | None = None) -> dict:
-    """Keyword arguments of CosmosTransformer3DModel.forward for a noised batch."""
-    b, _, t, h, w = batch.x_t.shape
-    keep = batch.text_keep.view(b, 1, 1).to(text.dtype)
-    kwargs = dict(
-        hidden_states=batch.x_t.to(dtype),
-        timestep=batch.timestep.to(dtype),
-        encoder_hidden_states=(text * keep).to(dtype),
-        condition_mask=batch.condition_mask.to(dtype),
-        padding_mask=batch.x_t.new_zeros(1, 1, h, w, dtype=dtype),
-        return_dict=False,
-    )
-    if fps is not None:
-        kwargs["fps"] = fps
-    return kwargs
-
-
 def flow_loss_from_config(cfg, family_defaults: dict | None = None) -> FlowMatchingLoss:
     """The objective configured by a TrainConfig; a field the config leaves unset takes the model
     family's recipe value where it has one (Cosmos 3: NVIDIA's timestep density, shift and conditioning)."""
