@@ -222,7 +222,8 @@ class TrainConfig(Section):
                                           "None = PyTorch's choice")
     view_attention: Literal["joint", "per_view"] = Field(
         "joint", description="multi-view model (separate views): attention across views or per view")
-    fsdp: bool = Field(False, description="shard parameters, gradients and optimizer states (FSDP2; full mode)")
+    fsdp: bool = Field(False, description="shard parameters, gradients and optimizer states over the processes "
+                                          "(FSDP2): full fine-tuning, or adapters over a sharded frozen base")
     cpu_offload: bool = Field(False, description="FSDP2 CPU offload of parameters and optimizer states")
     num_frames: int | None = Field(None, description="frames per clip; None = the dataset's")
     seed: int = Field(42, description="seed of noise, timesteps, data order")
@@ -257,9 +258,6 @@ class TrainConfig(Section):
             raise ValueError("train.cond_frames_probs keys must be 0, 1 or 2 conditioning latent frames")
         if not 0 <= self.text_dropout < 1:
             raise ValueError(f"train.text_dropout must be in [0, 1), got {self.text_dropout}")
-        if self.fsdp and self.mode != "full":
-            raise ValueError("train.fsdp shards full fine-tuning; adapters (lora/dora) are small: train them with "
-                             "plain data parallelism (train.fsdp = false)")
         if self.fsdp and self.ema:
             raise ValueError("train.ema is not supported together with train.fsdp yet; use one of them")
         if self.steps <= 0 or self.batch_size <= 0 or self.grad_accum <= 0:

@@ -236,6 +236,27 @@ def test_fsdp_two_processes_equal_one_process(tiny_model_dir, cached_dataset, tm
     assert not torch.equal(m3.proj_out.weight, m2.proj_out.weight)  # step 2 differs from the final step 3
 
 
+def test_lora_under_fsdp_two_processes_equals_one_process(tiny_model_dir, cached_dataset, tmp_path):
+    """Adapters over a base sharded with FSDP2 (2 gloo processes) follow the 1-process run; the gathered
+    export and the offline export of a sharded checkpoint are the same adapter files."""
+    from safetensors.torch import load_file
+
+    from worldtune.train.export import run as export
+
+    extra = ("--train.steps", "3", "--train.checkpoint.every", "2", "--train.text_dropout", "0.0",
+             "--train.lora.rank", "4")
+    l1, l2 = _one_vs_two_processes(tiny_model_dir, cached_dataset, tmp_path, extra, ("--train.fsdp", "true"))
+    assert len(l1) == 3 and all(abs(a - b) < 1e-5 for a, b in zip(l1, l2)), (l1, l2)
+    assert (tmp_path / "two" / "checkpoints" / "step-00000002" / "dcp").is_dir()
+    a1 = load_file(tmp_path / "one" / "export" / "pytorch_lora_weights.safetensors")
+    a2 = load_file(tmp_path / "two" / "export" / "pytorch_lora_weights.safetensors")
+    assert a1.keys() == a2.keys() and len(a1) > 0
+    assert all(torch.allclose(a1[k], a2[k], atol=1e-6) for k in a1)
+    step2 = export(str(tmp_path / "two" / "checkpoints" / "step-00000002"), str(tmp_path / "offline"))
+    a3 = load_file(step2)
+    assert a3.keys() == a2.keys() and any(not torch.equal(a3[k], a2[k]) for k in a2)  # step 2, not step 3
+
+
 def _raw_cache(dataset: Path) -> str:
     for d in (dataset / "cache").iterdir():
         if json.loads((d / "info.json").read_text())["text_kind"] == "raw":

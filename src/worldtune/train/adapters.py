@@ -71,7 +71,8 @@ def adapter_metadata(transformer: torch.nn.Module) -> dict[str, Any]:
     return {k: (sorted(v) if isinstance(v, set) else v) for k, v in meta.items()}
 
 
-def peft_state_dict(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
+def peft_state_dict(transformer: torch.nn.Module, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The adapter in peft's saved naming; from `state` (a full state dict) where the model is sharded."""
     from peft.utils import get_peft_model_state_dict
 
-    return get_peft_model_state_dict(unwrap(transformer), adapter_name=ADAPTER_NAME)
+    return get_peft_model_state_dict(unwrap(transformer), state_dict=state, adapter_name=ADAPTER_NAME)

@@ -16,16 +16,19 @@ import torch
 from worldtune.atomic import atomic_write_json
 from worldtune.errors import CheckpointError
 
-def save_adapter(out: str | Path, transformer: torch.nn.Module, spec, base_fingerprint: str) -> Path:
+def save_adapter(out: str | Path, transformer: torch.nn.Module, spec, base_fingerprint: str,
+                 state: dict[str, torch.Tensor] | None = None) -> Path:
     """The trained adapter of `transformer` as its model family writes it, plus worldtune_adapter.json
-    (the base model it belongs to, checked when it is loaded)."""
+    (the base model it belongs to, checked when it is loaded). `state`: the model's full state dict where
+    the live parameters are shards (FSDP), gathered by the caller."""
     from worldtune.models.family import family_of
     from worldtune.train.adapters import adapter_metadata, peft_state_dict
 
     out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     metadata = adapter_metadata(transformer)
     family = family_of(spec)
-    path = family.save_adapter(out, peft_state_dict(transformer), metadata)
+    path = family.save_adapter(out, peft_state_dict(transformer, state), metadata)
     atomic_write_json(out / "worldtune_adapter.json", {
         **family.adapter_info(), "base_fingerprint": base_fingerprint, "rank": metadata.get("r"),
         "alpha": metadata.get("lora_alpha"), "use_dora": metadata.get("use_dora")})
@@ -59,8 +62,9 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     source = CheckpointManager(checkpoint).resolve(checkpoint)
     ck = CheckpointManager.load(source)
     cfg = WorldtuneConfig.model_validate(ck["state"]["config"])
-    if ck["sharded"]:
+    if ck["sharded"] and cfg.train.mode == "full":
         return _export_sharded(source, cfg, Path(out))
+    trainable = _sharded_adapter(source) if ck["sharded"] else ck.get("ema", ck["trainable"])
     spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
     if fuse:
         pipe, _ = load_pipeline(cfg.model.name, cfg.model.path, seed=cfg.model.seed, revision=cfg.model.revision,
@@ -75,7 +79,7 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     apply_training_mode(transformer, cfg.train.mode, cfg.train.lora, family_of(spec))
     named = dict(transformer.named_parameters())
     with torch.no_grad():
-        for k, v in ck.get("ema", ck["trainable"]).items():
+        for k, v in trainable.items():
             if k in named:
                 named[k].copy_(v.to(named[k].dtype))
     out_path = Path(out)
@@ -93,6 +97,13 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
         result = save_adapter(out_path, transformer, spec, fp)
     print(f"exported step {ck['state']['step']} of {source} to {result}")
     return result
+
+
+def _sharded_adapter(source: Path) -> dict[str, torch.Tensor]:
+    """The adapter tensors of an FSDP checkpoint of a LoRA/DoRA run (the frozen base is not needed)."""
+    from worldtune.train.dcp_reader import load_full
+
+    return {k: v for k, v in load_full(source / "dcp")["model"].items() if "lora_" in k}
 
 
 def _export_sharded(source: Path, cfg, out: Path) -> Path:

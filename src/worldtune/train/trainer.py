@@ -798,10 +798,13 @@ class Trainer:
 
             full = get_model_state_dict(self.transformer, options=StateDictOptions(full_state_dict=True,
                                                                                      cpu_offload=True))
-            if self.dist.main:
-                save_consolidated(full, self.cfg, out / "transformer", self._set_aside)
+            result = out / "transformer" if self.cfg.train.mode == "full" else out
+            if self.dist.main and self.cfg.train.mode == "full":
+                save_consolidated(full, self.cfg, result, self._set_aside)
+            elif self.dist.main:
+                save_adapter(out, self.transformer, self.spec, self.base_fingerprint, state=full)
             self.dist.barrier()
-            return out / "transformer"
+            return result
         if not self.dist.main:
             return None
         out.mkdir(parents=True, exist_ok=True)
