@@ -226,9 +226,11 @@ def model_info(name: str = typer.Argument(..., help="registry name or model dire
 @launch_app.command("local", context_settings=_STAGE_CTX)
 def launch_local(ctx: typer.Context, config: str = typer.Argument(...),
                  gpus: int = typer.Option(1, "--gpus"),
-                 max_restarts: int = typer.Option(3, "--max-restarts")) -> None:
-    """Run training on G GPUs of this machine (torchrun), requeueing on preemption."""
-    _stage("worldtune.launch.local")(config, list(ctx.args), gpus=gpus, max_restarts=max_restarts)
+                 max_restarts: int = typer.Option(3, "--max-restarts"),
+                 stage: str = typer.Option("train", "--stage", help="train, or cache (the latent cache, "
+                                                                    "shared out over the G processes)")) -> None:
+    """Run training (or caching) on G GPUs of this machine (torchrun), requeueing on preemption."""
+    _stage("worldtune.launch.local")(config, list(ctx.args), gpus=gpus, max_restarts=max_restarts, stage=stage)
 
 
 @launch_app.command("slurm", context_settings=_STAGE_CTX)

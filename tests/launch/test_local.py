@@ -190,7 +190,7 @@ def _fake_launch(tmp_path, monkeypatch, plan: str, max_restarts: int, on_ready=N
     trainer.write_text(FAKE_TRAINER)
     state = tmp_path / "attempts.txt"
     monkeypatch.setattr(local, "train_command",
-                        lambda config, overrides, gpus: [sys.executable, str(trainer), plan, str(state)])
+                        lambda config, overrides, gpus, **kw: [sys.executable, str(trainer), plan, str(state)])
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[train]\nout = "{tmp_path / "run"}"\n')
     if on_ready is not None:
@@ -235,6 +235,7 @@ def test_commands_and_outcomes(tmp_path):
     two = train_command("c.toml", [], 2, python="py")
     assert two[:7] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts"]
     assert two[-6:] == ["-m", "worldtune.cli", "train", "c.toml", "--train.resume", "auto"]
+    assert train_command("c.toml", [], 1, python="py", stage="cache") == ["py", "-m", "worldtune.cli", "cache", "c.toml"]
 
     assert classify(0, tmp_path, 0.0, "") == "done"
     assert classify(REQUEUE_EXIT_CODE, tmp_path, 0.0, "") == "preempted"
@@ -252,3 +253,27 @@ def test_commands_and_outcomes(tmp_path):
     (manager.dir / "step-00000020").mkdir()  # no COMPLETE marker: a save that died
     assert newest_step(tmp_path) == step_of(manager.newest()) == 12
 
+
+
+def test_launch_local_caches_with_two_processes(tiny_model_dir, tmp_path):
+    """`launch local --stage cache --gpus 2` shares the clips out over two processes (torchrun) and leaves
+    one complete, merged cache, equal to a one-process cache."""
+    from tests.train.fake_dataset import write_fake_dataset
+    from worldtune.config import load_config
+    from worldtune.data.cache import INDEX, LatentCache
+    from worldtune.data.cache import run as cache_run
+
+    data = write_fake_dataset(tmp_path / "ds", n_train=3, n_val=1)
+    common = ["--model.path", str(tiny_model_dir), "--cache.dataset", str(data), "--cache.dtype", "fp32"]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    two = tmp_path / "two"
+    p = subprocess.run([sys.executable, "-m", "worldtune.cli", "launch", "local", str(cfg), "--gpus", "2",
+                        "--stage", "cache", *common, "--cache.out", str(two)],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "MASTER_PORT": "0"})
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    assert (two / INDEX).is_file() and len(list((two / "logs").glob("attempt-*.log"))) == 1
+    cache_run(load_config(None, [*common, "--cache.out", str(tmp_path / "one")]))
+    a, b = LatentCache(tmp_path / "one"), LatentCache(two)
+    assert a.clip_ids == b.clip_ids and len(a.clip_ids) == 4
+    assert all(torch.equal(a.latents(c), b.latents(c)) for c in a.clip_ids)

@@ -1,4 +1,7 @@
-"""`worldtune launch local`: train on G GPUs (or G CPU processes) of this machine, restarting on failure.
+"""`worldtune launch local`: train (or cache) on G GPUs (or G CPU processes) of this machine, restarting on failure.
+
+`--stage cache` runs `worldtune cache` the same way: each process encodes its share of the clips, a
+restart encodes only what is missing, and the logs go to `<cache folder>/logs`.
 
 Each attempt runs `torchrun --standalone --nproc-per-node G -m worldtune.cli train CONFIG ...
 --train.resume auto` (plain `python -m worldtune.cli train` when G == 1), so a restart continues
@@ -55,10 +58,16 @@ class Attempt:
     signalled: bool = False  # the launcher was asked to stop during this attempt
 
 
-def train_command(config: str | Path, overrides: list[str], gpus: int, python: str | None = None) -> list[str]:
-    """The command of one attempt. Overrides come before `--train.resume auto`, which always wins."""
+STAGES = ("train", "cache")
+
+
+def train_command(config: str | Path, overrides: list[str], gpus: int, python: str | None = None,
+                  stage: str = "train") -> list[str]:
+    """The command of one attempt. Training's overrides come before `--train.resume auto`, which always
+    wins; the cache resumes by itself."""
     python = python or sys.executable
-    args = ["-m", "worldtune.cli", "train", str(config), *overrides, "--train.resume", "auto"]
+    args = ["-m", "worldtune.cli", stage, str(config), *overrides] + (
+        ["--train.resume", "auto"] if stage == "train" else [])
     if gpus == 1:
         return [python, *args]
     return [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus),
@@ -170,22 +179,25 @@ class _Attempt:
         return code
 
 
-def launch(config: str | Path, overrides: list[str], gpus: int = 1, max_restarts: int = 3) -> list[Attempt]:
+def launch(config: str | Path, overrides: list[str], gpus: int = 1, max_restarts: int = 3,
+           stage: str = "train") -> list[Attempt]:
     """Run attempts until one finishes, fails on bad input, is stopped by a signal, or restarts run out."""
     from worldtune.config import load_config
 
+    if stage not in STAGES:
+        raise LaunchError(f"--stage {stage}: use one of {', '.join(STAGES)}")
     if gpus < 1:
         raise LaunchError(f"--gpus {gpus}: must be at least 1 (on a machine without GPUs, G CPU processes run)")
     if max_restarts < 0:
         raise LaunchError(f"--max-restarts {max_restarts}: must be 0 or more")
     config = Path(config).resolve()
     cfg = load_config(config, overrides)  # bad configs fail here, once, not in every attempt
-    run_dir = Path(cfg.train.out)
+    run_dir = Path(cfg.train.out) if stage == "train" else _cache_dir(cfg)
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     first = 1 + max((int(m.group(1)) for p in logs.glob("attempt-*.log")
                      if (m := re.fullmatch(r"attempt-(\d+)\.log", p.name))), default=0)
-    cmd = train_command(config, overrides, gpus)
+    cmd = train_command(config, overrides, gpus, stage=stage)
     attempts: list[Attempt] = []
     current: list[_Attempt] = []
     signals_seen: list[int] = []
@@ -216,13 +228,28 @@ def launch(config: str | Path, overrides: list[str], gpus: int = 1, max_restarts
                                     round(time.monotonic() - t0, 1), str(log), bool(signals_seen)))
             with open(logs / "launch.jsonl", "a") as f:
                 f.write(json.dumps({"format": "worldtune.launch", "version": 1, "kind": "local", "gpus": gpus,
-                                    **asdict(attempts[-1])}) + "\n")
+                                    "stage": stage, **asdict(attempts[-1])}) + "\n")
             if outcome in ("done", "failed") or signals_seen:
                 break
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     return attempts
+
+
+def _cache_dir(cfg) -> Path:
+    """The cache folder `worldtune cache` will write for this config (without loading the model)."""
+    from worldtune.data.cache import cache_settings, default_cache_dir
+    from worldtune.data.dataset import read_dataset
+    from worldtune.models.family import family_of
+    from worldtune.models.load import resolve_spec
+
+    if cfg.cache.out:
+        return Path(cfg.cache.out)
+    spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
+    info, _ = read_dataset(cfg.cache.dataset)
+    kind = family_of(spec).resolve_text_kind(cfg.cache.text)
+    return default_cache_dir(cfg.cache.dataset, cache_settings(cfg, info, spec, kind)["key"])
 
 
 def exit_code(attempts: list[Attempt]) -> int:
@@ -234,7 +261,7 @@ def exit_code(attempts: list[Attempt]) -> int:
     return last.exit_code or 1
 
 
-def print_summary(attempts: list[Attempt], max_restarts: int) -> None:
+def print_summary(attempts: list[Attempt], max_restarts: int, stage: str = "train") -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -249,7 +276,7 @@ def print_summary(attempts: list[Attempt], max_restarts: int) -> None:
     last = attempts[-1]
     restarts = len(attempts) - 1
     if last.outcome == "done":
-        console.print(f"training finished after {restarts} restart(s)")
+        console.print(f"{'training' if stage == 'train' else 'caching'} finished after {restarts} restart(s)")
     elif last.outcome == "failed":
         console.print(f"attempt {last.attempt} failed on its input (see the `error:` line in {last.log}); not retried")
     elif last.signalled:
@@ -259,10 +286,11 @@ def print_summary(attempts: list[Attempt], max_restarts: int) -> None:
                       f"is step {last.end_step}: run the same command again to continue")
 
 
-def run(config: str, overrides: list[str], *, gpus: int = 1, max_restarts: int = 3) -> list[Attempt]:
-    """Entry point of `worldtune launch local`: exits non-zero (42 when preempted) unless training finished."""
-    attempts = launch(config, overrides, gpus=gpus, max_restarts=max_restarts)
-    print_summary(attempts, max_restarts)
+def run(config: str, overrides: list[str], *, gpus: int = 1, max_restarts: int = 3,
+        stage: str = "train") -> list[Attempt]:
+    """Entry point of `worldtune launch local`: exits non-zero (42 when preempted) unless the stage finished."""
+    attempts = launch(config, overrides, gpus=gpus, max_restarts=max_restarts, stage=stage)
+    print_summary(attempts, max_restarts, stage)
     code = exit_code(attempts)
     if code:
         raise typer.Exit(code)
