@@ -21,6 +21,14 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_cosmos3_dir(tmp_path_factory) -> Path:
+    """A tiny-cosmos3 pipeline written as a diffusers directory (shared by the Cosmos 3 tests)."""
+    from worldtune.models.load import init_model_dir
+
+    return init_model_dir("tiny-cosmos3", tmp_path_factory.mktemp("models") / "tiny-cosmos3")
+
+
+@pytest.fixture(scope="session")
 def cached_dataset(tmp_path_factory, tiny_model_dir) -> Path:
     """A fake prepared dataset with latents and projected + raw text caches for the tiny model dir."""
     from worldtune.data.cache import run as cache_run

@@ -18,7 +18,6 @@ from worldtune.config import LoraConfig
 from worldtune.models.build import build_pipeline
 from worldtune.models.cosmos3 import forward_flops, recipe_objective
 from worldtune.models.family import family_of
-from worldtune.models.load import init_model_dir
 from worldtune.models.registry import get_spec
 from worldtune.train.adapters import apply_training_mode
 from worldtune.train.flow import FlowBatch, FlowMatchingLoss
@@ -28,8 +27,8 @@ PROMPT = "A robot arm stacks a red cube on a blue one."
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return init_model_dir("tiny-cosmos3", tmp_path_factory.mktemp("c3") / "tiny-cosmos3")
+def model_dir(tiny_cosmos3_dir):
+    return tiny_cosmos3_dir
 
 
 @pytest.fixture(scope="module")

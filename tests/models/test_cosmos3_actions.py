@@ -22,7 +22,6 @@ from worldtune.models.cosmos3_actions import (
     train_domain_rows,
 )
 from worldtune.models.family import family_of
-from worldtune.models.load import init_model_dir
 from worldtune.models.registry import get_spec
 from worldtune.train.adapters import apply_training_mode
 from worldtune.train.flow import FlowBatch, FlowMatchingLoss
@@ -33,8 +32,8 @@ DROID = domains.DOMAIN_IDS["droid_lerobot"]
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return init_model_dir("tiny-cosmos3", tmp_path_factory.mktemp("c3a") / "tiny-cosmos3")
+def model_dir(tiny_cosmos3_dir):
+    return tiny_cosmos3_dir
 
 
 @pytest.fixture(scope="module")

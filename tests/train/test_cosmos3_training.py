@@ -13,10 +13,8 @@ from worldtune.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
-def cosmos3_dir(tmp_path_factory) -> Path:
-    from worldtune.models.load import init_model_dir
-
-    return init_model_dir("tiny-cosmos3", tmp_path_factory.mktemp("models") / "tiny-cosmos3")
+def cosmos3_dir(tiny_cosmos3_dir) -> Path:
+    return tiny_cosmos3_dir
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from worldtune.atomic import atomic_write_bytes, atomic_write_json
 from worldtune.config import ActionsConfig
-from worldtune.data.lerobot import LeRobotDataset
+from worldtune.data.lerobot import LeRobotDataset, parquet_columns
 from worldtune.errors import DatasetError
 from worldtune.models.cosmos3_domains import ActionDomain, matching_domains, resolve_domain
 
@@ -246,11 +246,7 @@ def _read_columns(ds: LeRobotDataset, key: str, state_key: str | None, width: in
                            "a LeRobot dataset with its data/ folder")
     parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]]] = {}
     for f in files:
-        try:
-            names = pq.ParquetFile(f).schema_arrow.names
-        except (pa.ArrowException, OSError) as e:
-            raise DatasetError(f"{f} cannot be read as parquet ({str(e).splitlines()[0][:120]}): restore the "
-                               "file") from None
+        names = parquet_columns(f, "restore the file")
         wanted = ["episode_index", "frame_index", key] + ([state_key] if state_key else [])
         missing = [c for c in wanted if c not in names]
         if missing:

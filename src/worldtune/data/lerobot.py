@@ -177,11 +177,7 @@ class LeRobotDataset:
         template = self.info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
         eps = []
         for f in files:
-            try:
-                names = pq.ParquetFile(f).schema_arrow.names
-            except (pa.ArrowException, OSError) as e:
-                raise DatasetError(f"{f} cannot be read as parquet ({_first_line(e)}): the dataset's episode "
-                                   "metadata is damaged; restore the file") from None
+            names = parquet_columns(f, "the dataset's episode metadata is damaged; restore the file")
             if "episode_index" not in names:
                 raise DatasetError(f"{f} has no episode_index column: not LeRobot v3.0 episode metadata")
             wanted = [c for c in names if c in ("episode_index", "length", "tasks", "dataset_from_index",
@@ -355,6 +351,14 @@ def _number(value: Any, kind: type, where: str | Path, what: str) -> Any:
     except (TypeError, ValueError, OverflowError):
         raise DatasetError(f"{where}: {what} = {value!r} is not a valid non-negative number; fix the dataset's "
                            "metadata") from None
+
+
+def parquet_columns(path: Path, fix: str) -> list[str]:
+    """The column names of a parquet file, or a one-line error naming the file and `fix`."""
+    try:
+        return pq.ParquetFile(path).schema_arrow.names
+    except (pa.ArrowException, OSError) as e:
+        raise DatasetError(f"{path} cannot be read as parquet ({_first_line(e)}): {fix}") from None
 
 
 def _first_line(e: BaseException) -> str:
