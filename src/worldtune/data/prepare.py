@@ -420,7 +420,7 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
                            f"{', '.join(ds.cameras) or 'none'} (set prepare.cameras{hint})")
     actions = action_data.ActionSource(ds, cfg.actions) if cfg.actions.key else None
     out = Path(cfg.out)
-    with OutputLock(out, "prepare"), _stop_on_sigterm():
+    with OutputLock(out, "prepare"), _StopOnSigterm() as stop:
         _start_output(out, cfg)
         plan = plan_episodes(ds, cfg, template)
         if actions is not None:
@@ -431,7 +431,7 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
             sink.begin(plan.jobs, records)
         ws = WorkerSettings(str(out), layout.to_dict(), cfg.num_frames, cfg.stride, cfg.fps, cfg.codec, cfg.crf,
                             cfg.preset, 1, str(ds.root), dict(cfg.cameras), on_clip)  # 1 thread: same bytes anywhere
-        for rec in _run_jobs(todo, ws, cfg.workers, quiet):
+        for rec in _run_jobs(todo, ws, cfg.workers, quiet, stop):
             if sink is not None:
                 sink.take(rec)
             atomic_write_json(out / PROGRESS / f"episode_{rec['episode_index']:06d}.json", rec, indent=None)
@@ -451,18 +451,32 @@ class Stopped(WorldtuneError):
     """SIGTERM (a scheduler, `kill`): workers are stopped; finished episodes are kept for the rerun."""
 
 
-class _stop_on_sigterm:
-    """Turn SIGTERM into `Stopped` in the main thread, so workers are stopped and nothing is orphaned."""
+class _StopOnSigterm:
+    """SIGTERM ends the run with `Stopped`; every episode already handed back is recorded first.
 
-    def __enter__(self) -> None:
+    Outside a worker pool the signal raises at once. While workers run it is only noted: the pool loop
+    records the episodes that came back before it stops the workers, since raising in the middle of that
+    loop would drop results that had arrived but were not yet written down.
+    """
+
+    MESSAGE = "prepare stopped by SIGTERM: finished episodes are kept; rerun the same command to continue"
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.deferred = False
+
+    def __enter__(self) -> _StopOnSigterm:
         import threading
 
         self._old = None
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGTERM, self._raise)
+            self._old = signal.signal(signal.SIGTERM, self._on_signal)
+        return self
 
-    def _raise(self, signum, _frame) -> None:
-        raise Stopped("prepare stopped by SIGTERM: finished episodes are kept; rerun the same command to continue")
+    def _on_signal(self, signum, _frame) -> None:
+        self.requested = True
+        if not self.deferred:
+            raise Stopped(self.MESSAGE)
 
     def __exit__(self, *exc: object) -> None:
         if self._old is not None:
@@ -535,7 +549,7 @@ def _clip_files_exist(out: Path, row: dict) -> bool:
     return all((out / f).is_file() for f in clip_files(row))
 
 
-def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: bool):
+def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: bool, stop: _StopOnSigterm):
     """Process episodes in `workers` processes (1 = in this process) under a progress bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -551,23 +565,30 @@ def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: b
         import multiprocessing as mp
 
         pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn"))
+        stop.deferred = True
         try:
             # at most 2 episodes a worker in flight: the workers stay busy, yet write no further ahead of the
             # main process than that (with `prepare --cache` the VAE there may be slower than the workers)
             queue, pending = iter(jobs), set()
             while True:
-                pending |= {pool.submit(_guard, process_episode, j, ws)
-                            for j in itertools.islice(queue, 2 * workers - len(pending))}
+                if not stop.requested:
+                    pending |= {pool.submit(_guard, process_episode, j, ws)
+                                for j in itertools.islice(queue, 2 * workers - len(pending))}
                 if not pending:
                     break
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                if stop.requested:  # whatever came back by now is recorded; the rest is redone by the rerun
+                    done |= {f for f in pending if f.done()}
                 for fut in done:  # each episode is handed back (and recorded) as it finishes
                     yield fut.result()
                     progress.advance(task)
+                if stop.requested:
+                    raise Stopped(stop.MESSAGE)
         except BrokenProcessPool:
             raise WorldtuneError("a prepare worker process died (killed by the out-of-memory killer?): finished "
                                  "episodes are kept; rerun, with fewer prepare.workers if memory is short") from None
         finally:
+            stop.deferred = False
             _stop_workers(pool)
 
 
