@@ -118,7 +118,11 @@ def test_sigterm_saves_and_exits_with_requeue_code(tiny_model_dir, cached_datase
         assert time.time() < deadline
         time.sleep(0.2)
     p.send_signal(signal.SIGTERM)
-    code = p.wait(60)
+    deadline = time.time() + 60
+    while p.poll() is None and time.time() < deadline:  # more signals while it saves and exits, as a whole
+        p.send_signal(signal.SIGUSR1)                    # SLURM step signalled with --signal=USR1 gets them
+        time.sleep(0.01)
+    code = p.wait(5)
     assert code == REQUEUE_EXIT_CODE, p.stdout.read().decode()
     newest = CheckpointManager(out).newest()
     assert newest is not None

@@ -766,8 +766,8 @@ class Trainer:
             final = self.save()
             export = self.export()
         finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+            for s, h in old.items():  # once stopping, a further signal of the job must not kill the exit
+                signal.signal(s, h if self._stop is None else signal.SIG_IGN)
             if self._trackers is not None:
                 self._trackers.close()
         summary = {"run": str(self.out), "steps": self.step, "first_loss": first_loss, "last_loss": last_loss,
