@@ -157,7 +157,8 @@ def _load_model(cfg: WorldtuneConfig, device: torch.device):
 
     dtype = cfg.model.dtype if device.type == "cuda" else "fp32"
     pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype=dtype, device="cpu", seed=cfg.model.seed,
-                               vae_dtype=dtype, revision=cfg.model.revision, random_weights=cfg.model.random_weights)
+                               vae_dtype=dtype, revision=cfg.model.revision, random_weights=cfg.model.random_weights,
+                               keep_fp32_modules=True)
     if cfg.generate.transformer:
         finetuned = _load_finetuned(cfg.generate.transformer, pipe.transformer, family_of(spec), dtype)
         pipe.register_modules(transformer=finetuned)
@@ -169,7 +170,7 @@ def _load_model(cfg: WorldtuneConfig, device: torch.device):
 
 def _load_finetuned(path: str, base: torch.nn.Module, family, dtype: str) -> torch.nn.Module:
     """A full fine-tuned transformer folder, checked to be the same architecture as the base model's."""
-    from worldtune.models.load import DTYPES
+    from worldtune.models.load import DTYPES, cast_as_pretrained
 
     root = Path(path)
     sub = "transformer" if (root / "transformer" / "config.json").is_file() else None
@@ -183,7 +184,7 @@ def _load_finetuned(path: str, base: torch.nn.Module, family, dtype: str) -> tor
     if diff:
         raise GenerationError(f"generate.transformer={root}: {diff[0]}={model.config.get(diff[0])} but the base model "
                               f"has {base.config.get(diff[0])}; use a transformer fine-tuned from model.name/path")
-    return model.to(dtype=DTYPES[dtype])
+    return cast_as_pretrained(model, DTYPES[dtype])
 
 
 def _fingerprint(transformer: torch.nn.Module) -> str:

@@ -117,10 +117,25 @@ def resolve_spec(name: str | None = None, path: str | None = None, revision: str
     return spec
 
 
+def cast_as_pretrained(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """`model.to(dtype)` as `from_pretrained(torch_dtype=dtype)` casts: the modules its class keeps in float32
+    (`_keep_in_fp32_modules`, e.g. Cosmos 3's `time_embedder`) stay float32, so generation computes what a plain
+    diffusers load of the same folder computes. (Training casts plainly: FSDP2 needs one dtype per shard group.)"""
+    model.to(dtype=dtype)
+    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    if dtype != torch.float32 and keep:
+        for name, module in model.named_modules():
+            if any(k in name.split(".") for k in keep):
+                module.to(dtype=torch.float32)
+    return model
+
+
 def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: str = "fp32", device: str = "cpu",
-                  seed: int = 0, vae_dtype: str = "fp32", revision: str | None = None, random_weights: bool = False):
+                  seed: int = 0, vae_dtype: str = "fp32", revision: str | None = None, random_weights: bool = False,
+                  keep_fp32_modules: bool = False):
     """The whole pipeline: from the directory if there is one, else random-initialised from the spec
-    (a real-size spec only with `random_weights`)."""
+    (a real-size spec only with `random_weights`). `keep_fp32_modules`: cast the transformer as
+    `from_pretrained(torch_dtype=...)` does (see `cast_as_pretrained`), for generation."""
     path = local_model_path(path, revision)
     spec = resolve_spec(name, path)
     if path is None and not (name and Path(name).is_dir()):
@@ -132,7 +147,10 @@ def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: st
             pipe = pipeline_class(spec).from_pretrained(root, safety_checker=NoOpSafetyChecker(), local_files_only=True)
         except (OSError, ValueError, KeyError) as e:
             raise ModelError(f"{root}: cannot load the pipeline ({str(e).splitlines()[0]})") from None
-    pipe.transformer.to(dtype=DTYPES[dtype])
+    if keep_fp32_modules:
+        cast_as_pretrained(pipe.transformer, DTYPES[dtype])
+    else:
+        pipe.transformer.to(dtype=DTYPES[dtype])
     if getattr(pipe, "text_encoder", None) is not None:  # Cosmos 3 embeds text tokens itself
         pipe.text_encoder.to(dtype=DTYPES[dtype])
     pipe.vae.to(dtype=DTYPES[vae_dtype])
