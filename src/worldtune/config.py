@@ -494,6 +494,55 @@ class TrajectoriesConfig(Section):
         return self
 
 
+# ----------------------------------------------------------------------------------------- serve
+class ServeConfig(Section):
+    """`worldtune serve`: a Cosmos 3 forward-dynamics world model kept loaded, stepped by a policy over HTTP."""
+
+    host: str = Field("127.0.0.1", description="address to bind; the server has no authentication, so keep it on "
+                      "the loopback unless the network is trusted")
+    port: int = Field(8765, description="TCP port; 0 = any free port (printed at start)")
+    adapter: str | None = Field(None, description="a forward-dynamics adapter folder (`worldtune export` of a "
+                                "forward-dynamics run): LoRA, the domain's action rows and its action normalisation")
+    dataset: str | None = Field(None, description="a prepared dataset (`worldtune prepare`): its camera layout, frame "
+                                "size, fps and, from actions.json, the action domain and normalisation")
+    domain: str = Field("droid_lerobot", description="existing Cosmos 3 action domain when neither adapter nor dataset "
+                        "names one")
+    layout: dict[str, Any] | None = Field(None, description="camera layout (as in a dataset's info.json); None = the "
+                                          "dataset's, else one camera")
+    height: int | None = Field(None, description="model frame height; None = the dataset's, else the first frame's "
+                               "(fitted to the tier)")
+    width: int | None = Field(None, description="model frame width; None = the dataset's, else the first frame's")
+    fps: float | None = Field(None, description="frame rate told to the model and written to the episodes; None = "
+                              "the dataset's, else 15")
+    chunk_size: int | None = Field(None, description="actions per step (a multiple of 4); None = any multiple of 4")
+    steps: int = Field(35, description="denoising steps per chunk")
+    guidance: float = Field(6.0, description="classifier-free guidance on the instruction (1 = off, half the cost)")
+    tier: Literal[256, 480, 704, 720] = Field(480, description="the pipeline's action resolution tier (canvas)")
+    view_point: Literal["auto", "ego_view", "third_person_view", "wrist_view", "concat_view"] = Field(
+        "auto", description="camera framing sentence of the caption; auto = concat_view for a grid, else ego_view")
+    actions: Literal["raw", "normalized"] = Field("raw", description="raw: the server scales the policy's actions with "
+                                                  "the adapter's/dataset's normalisation; normalized: already scaled")
+    record: str | None = Field("serve_out/episodes", description="folder of recorded rollouts (one LeRobot v3.0 "
+                               "dataset per episode); None = do not record")
+    lossless: bool = Field(True, description="lossless video in the recorded episodes")
+    device: str = Field("auto", description="auto = cuda when available, else cpu")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServeConfig":
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"serve.port must be 0..65535, got {self.port}")
+        if self.chunk_size is not None and (self.chunk_size < 4 or self.chunk_size % 4):
+            raise ValueError(f"serve.chunk_size must be a positive multiple of 4, got {self.chunk_size}")
+        if self.steps < 1:
+            raise ValueError(f"serve.steps must be > 0, got {self.steps}")
+        for side, v in (("height", self.height), ("width", self.width)):
+            if v is not None and (v <= 0 or v % 16):
+                raise ValueError(f"serve.{side} must be a positive multiple of 16, got {v}")
+        if self.fps is not None and self.fps <= 0:
+            raise ValueError(f"serve.fps must be > 0, got {self.fps}")
+        return self
+
+
 class WorldtuneConfig(Section):
     """A whole config file: one section per stage (plus `[model]`, shared by the stages that load it)."""
 
@@ -507,6 +556,7 @@ class WorldtuneConfig(Section):
     compare: CompareConfig = Field(default_factory=CompareConfig)
     idm: IdmConfig = Field(default_factory=IdmConfig)
     trajectories: TrajectoriesConfig = Field(default_factory=TrajectoriesConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
 
 # ------------------------------------------------------------------------------------- machinery

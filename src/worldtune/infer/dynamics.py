@@ -46,7 +46,7 @@ def forward_dynamics(pipe, first_frame: np.ndarray, actions: np.ndarray, domain:
     chunk = check_actions(actions, domain)
     _check_settings(pipe, domain, steps, tier, view_point, fps)
     condition = _condition("forward_dynamics", len(chunk), domain, tier, view_point,
-                           raw_actions=torch.from_numpy(chunk), image=Image.fromarray(frame[0]))
+                           raw_actions=torch.tensor(chunk), image=Image.fromarray(frame[0]))
     from worldtune.models.cosmos3 import encode_leading_frames
     from worldtune.models.latents import to_uint8
 
