@@ -175,10 +175,43 @@ class CheckpointConfig(Section):
     milestones: list[int] = Field(default_factory=list, description="steps whose checkpoints are never deleted")
 
 
+ACTION_TIERS = (256, 480, 704, 720)  # Cosmos3OmniPipeline's action resolution tiers
+
+
+class DynamicsConfig(Section):
+    """Settings of `train.task = "forward_dynamics"` (Cosmos 3: first frame + actions -> video); read by
+    `worldtune cache` too, since the cached latents and captions depend on them."""
+
+    tier: int | Literal["auto"] = Field(
+        "auto", description="action resolution tier (256, 480, 704, 720): clips are downscaled (never upscaled) "
+        "and padded into the tier's canvas of the closest aspect ratio before VAE encoding, and the caption names "
+        "the canvas, as the pipeline conditions a forward-dynamics run; generate at the same tier. auto = the "
+        "smallest of 256, 480, 720 whose canvas holds the clips without downscaling (720 if none does)")
+    view_point: Literal["auto", "ego_view", "third_person_view", "wrist_view", "concat_view"] = Field(
+        "auto", description="camera sentence of the action caption; auto = concat_view for a grid of cameras, "
+        "ego_view for one camera")
+    init_from: str | None = Field(
+        None, description="a new domain's action-projection rows start from this existing domain's rows (e.g. "
+        "droid_lerobot); None = the checkpoint's values in the domain's slot")
+
+    @field_validator("tier")
+    @classmethod
+    def _tier(cls, v: int | str) -> int | str:
+        if v != "auto" and v not in ACTION_TIERS:
+            raise ValueError(f"train.dynamics.tier must be auto or one of {list(ACTION_TIERS)}, got {v!r}")
+        return v
+
+
 class TrainConfig(Section):
     """`worldtune train`: rectified-flow post-training (LoRA, DoRA or full) of the DiT."""
 
     dataset: str = Field("demo_out/dataset", description="prepared dataset folder")
+    task: Literal["video", "forward_dynamics"] = Field(
+        "video", description="what the model learns: video = text/image/video to video; forward_dynamics = first "
+        "frame + the clip's robot actions -> the video (Cosmos 3; needs a dataset prepared with "
+        "prepare.actions.key, trains the adapter and the embodiment domain's action-projection rows, and keeps "
+        "exactly the first latent frame clean)")
+    dynamics: DynamicsConfig = Field(default_factory=DynamicsConfig, description="forward-dynamics settings")
     cache: str | None = Field("auto", description="latent cache folder; auto = <dataset>/cache/<model-key> if it "
                               "exists; none = decode clips every step")
     out: str = Field("demo_out/runs/lora", description="run folder (its name names the exported adapter)")
@@ -260,6 +293,14 @@ class TrainConfig(Section):
             raise ValueError(f"train.text_dropout must be in [0, 1), got {self.text_dropout}")
         if self.fsdp and self.ema:
             raise ValueError("train.ema is not supported together with train.fsdp yet; use one of them")
+        if self.task == "forward_dynamics":
+            default = type(self).model_fields["cond_frames_probs"].get_default(call_default_factory=True)
+            if self.cond_frames_probs not in ({1: 1.0}, default):  # a saved config repeats the default
+                raise ValueError("train.task = forward_dynamics conditions on exactly the first latent frame: unset "
+                                 "train.cond_frames_probs (or set it to {1 = 1.0})")
+            if self.mode == "full" or self.fsdp:
+                raise ValueError("train.task = forward_dynamics trains LoRA/DoRA adapters with the domain's action "
+                                 "rows on one process or DDP: use train.mode = lora or dora, without train.fsdp")
         if self.steps <= 0 or self.batch_size <= 0 or self.grad_accum <= 0:
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be > 0")
         return self
