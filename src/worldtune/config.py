@@ -554,13 +554,15 @@ class ServeConfig(Section):
                                "(fitted to the tier)")
     width: int | None = Field(None, description="model frame width; None = the dataset's, else the first frame's")
     fps: float | None = Field(None, description="frame rate told to the model and written to the episodes; None = "
-                              "the dataset's, else 15")
+                              "the adapter's, else the dataset's, else 15")
     chunk_size: int | None = Field(None, description="actions per step (a multiple of 4); None = any multiple of 4")
     steps: int = Field(35, description="denoising steps per chunk")
     guidance: float = Field(6.0, description="classifier-free guidance on the instruction (1 = off, half the cost)")
-    tier: Literal[256, 480, 704, 720] = Field(480, description="the pipeline's action resolution tier (canvas)")
+    tier: int | Literal["auto"] = Field("auto", description="the pipeline's action resolution tier (256, 480, 704, "
+                                        "720); auto = the adapter's, else the smallest whose canvas holds the frames")
     view_point: Literal["auto", "ego_view", "third_person_view", "wrist_view", "concat_view"] = Field(
-        "auto", description="camera framing sentence of the caption; auto = concat_view for a grid, else ego_view")
+        "auto", description="camera framing sentence of the caption; auto = the adapter's, else concat_view for a "
+        "grid and ego_view for one camera")
     actions: Literal["raw", "normalized"] = Field("raw", description="raw: the server scales the policy's actions with "
                                                   "the adapter's/dataset's normalisation; normalized: already scaled")
     record: str | None = Field("serve_out/episodes", description="folder of recorded rollouts (one LeRobot v3.0 "
@@ -576,6 +578,8 @@ class ServeConfig(Section):
             raise ValueError(f"serve.chunk_size must be a positive multiple of 4, got {self.chunk_size}")
         if self.steps < 1:
             raise ValueError(f"serve.steps must be > 0, got {self.steps}")
+        if self.tier != "auto" and self.tier not in ACTION_TIERS:
+            raise ValueError(f"serve.tier must be auto or one of {list(ACTION_TIERS)}, got {self.tier!r}")
         for side, v in (("height", self.height), ("width", self.width)):
             if v is not None and (v <= 0 or v % 16):
                 raise ValueError(f"serve.{side} must be a positive multiple of 16, got {v}")

@@ -64,12 +64,13 @@ class WorldModel:
     """One loaded model, one rollout at a time (callers serialise access)."""
 
     def __init__(self, pipe, actions: ActionSpace, layout: Layout, size: tuple[int, int] | None, fps: float,
-                 sc: ServeConfig, keys: dict[str, str], model_label: str, record: str | None = None) -> None:
+                 sc: ServeConfig, keys: dict[str, str], model_label: str, record: str | None = None,
+                 tier: int | None = None, view_point: str | None = None) -> None:
         self.pipe, self.actions, self.layout, self.fps, self.sc = pipe, actions, layout, fps, sc
         self.keys = keys  # role -> camera key in the recorded episodes
         self.model_label, self.record = model_label, record
-        self.view_point = sc.view_point if sc.view_point != "auto" else (
-            "concat_view" if layout.kind == "grid" else "ego_view")
+        self.tier = tier  # None: chosen from the frame size (the smallest tier whose canvas holds it)
+        self.view_point = view_point or ("concat_view" if layout.kind == "grid" else "ego_view")
         self.cameras: CameraMap | None = None
         self.recorder: EpisodeRecorder | None = None
         if size is not None:
@@ -87,7 +88,7 @@ class WorldModel:
                 "chunk_size": self.sc.chunk_size, "cameras": list(self.layout.roles), "camera_keys": self.keys,
                 "camera_sizes": {r: list(s) for r, s in sizes.items()} if sizes else None,
                 "layout": self.layout.to_dict(), "fps": self.fps, "steps": self.sc.steps,
-                "guidance": self.sc.guidance, "tier": self.sc.tier, "view_point": self.view_point,
+                "guidance": self.sc.guidance, "tier": self.tier, "view_point": self.view_point,
                 "record": self.record, "episode_active": self.rollout is not None}
 
     # ------------------------------------------------------------------ rollout
@@ -101,7 +102,7 @@ class WorldModel:
             raise ServeError(f"reset: seed {seed!r} is not a non-negative integer")
         if self.cameras is None:  # no configured size: the first camera's frame, fitted to the tier
             h, w = next(iter(frames.values())).shape[:2]
-            self._fix_size(*returned_size(h, w, self.sc.tier))
+            self._fix_size(*returned_size(h, w, self.tier or _smallest_tier(h, w)))
         assert self.cameras is not None
         streams = self.cameras.to_streams(frames)
         self.end()
@@ -130,7 +131,7 @@ class WorldModel:
         r = self.rollout
         videos = [forward_dynamics(self.pipe, s, model_actions, self.actions.domain, r.instruction,
                                    seed=r.seed + r.chunks, steps=self.sc.steps, guidance=self.sc.guidance,
-                                   tier=self.sc.tier, view_point=self.view_point, fps=self.fps)
+                                   tier=self.tier, view_point=self.view_point, fps=self.fps)
                   for s in r.streams]
         r.streams = [v[-1] for v in videos]
         r.chunks += 1
@@ -149,7 +150,8 @@ class WorldModel:
 
     # ------------------------------------------------------------------ helpers
     def _fix_size(self, height: int, width: int) -> None:
-        check_stream_size(height, width, self.sc.tier, "serve")
+        self.tier = self.tier or _smallest_tier(height, width)
+        check_stream_size(height, width, self.tier, "serve")
         self.cameras = CameraMap(self.layout, height, width)
         if self.record is not None:
             self.recorder = EpisodeRecorder(self.record, self.fps, self.keys, self.cameras.camera_sizes(),
@@ -175,12 +177,27 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
     info, index = _dataset_facts(sc.dataset)
     layout = _layout(sc, info)
     size = _size(sc, info, layout)
-    fps = float(sc.fps or (info or {}).get("fps") or DEFAULT_FPS)
     keys = {r: str(((info or {}).get("cameras") or {}).get(r) or f"observation.images.{r}") for r in layout.roles}
     pipe, label = _load_pipeline(cfg)
-    actions = _adapter_actions(pipe, sc.adapter) if sc.adapter else None
-    actions = actions or (_dataset_actions(index, Path(str(sc.dataset))) if index else None) or _named_actions(sc.domain)
-    return WorldModel(pipe, actions, layout, size, fps, sc, keys, label, sc.record)
+    trained: dict[str, Any] = {}  # what the adapter was trained with (read_action_info)
+    if sc.adapter:
+        actions, trained = _adapter_actions(pipe, sc.adapter)
+    elif index:
+        actions = _dataset_actions(index)
+    else:
+        actions = _named_actions(sc.domain)
+    fps = float(sc.fps or trained.get("fps") or (info or {}).get("fps") or DEFAULT_FPS)
+    tier = sc.tier if sc.tier != "auto" else trained.get("tier")
+    view_point = sc.view_point if sc.view_point != "auto" else trained.get("view_point")
+    return WorldModel(pipe, actions, layout, size, fps, sc, keys, label, sc.record, tier, view_point)
+
+
+def _smallest_tier(height: int, width: int) -> int:
+    """The tier training picks by default (`data/dynamics.choose_tier`): the smallest canvas holding the frames."""
+    from worldtune.data.dynamics import choose_tier
+    from worldtune.models.cosmos3_actions import action_canvas
+
+    return choose_tier(height, width, "auto", action_canvas)
 
 
 def _dataset_facts(dataset: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -246,26 +263,23 @@ def _named_actions(name: str) -> ActionSpace:
     return ActionSpace(domain, [f"action_{i}" for i in range(domain.width)])
 
 
-def _dataset_actions(index: dict[str, Any], root: Path) -> ActionSpace:
+def _dataset_actions(index: dict[str, Any]) -> ActionSpace:
     d = index["domain"]
     domain = ActionDomain(str(d["name"]), int(d["id"]), int(d["width"]), bool(d["new"]))
     return ActionSpace(domain, list(index.get("names") or [f"action_{i}" for i in range(domain.width)]),
                        str(index.get("normalization") or "none"), (index.get("stats") or {}).get("action"))
 
 
-def _adapter_actions(pipe, adapter: str) -> ActionSpace:
-    """Load a forward-dynamics adapter (LoRA + the domain's action rows) into the model; its action facts."""
-    try:
-        from worldtune.models.cosmos3_actions import load_action_adapter_rows, read_action_info
-    except ImportError:
-        raise ConfigError("serve.adapter: this worldtune cannot load forward-dynamics adapters yet") from None
+def _adapter_actions(pipe, adapter: str) -> tuple[ActionSpace, dict[str, Any]]:
+    """Load a forward-dynamics adapter (LoRA + the domain's action rows) into the model; its action space and
+    the facts it was trained with (fps, tier, view point, chunk)."""
     from worldtune.infer.adapters import activate, check_adapter, load_adapters
+    from worldtune.models.cosmos3_actions import load_action_adapter_rows, read_action_info
 
     info = read_action_info(adapter)
     lora = check_adapter(adapter, pipe.transformer, "fd")
     load_adapters(pipe.transformer, [lora])
     activate(pipe.transformer, lora, True)
     domain = load_action_adapter_rows(pipe.transformer, adapter)
-    actions = info.get("actions") or {}
-    return ActionSpace(domain, list(actions.get("names") or [f"action_{i}" for i in range(domain.width)]),
-                       str(actions.get("normalization") or "none"), actions.get("stats"))
+    names = list(info.get("names") or [f"action_{i}" for i in range(domain.width)])
+    return ActionSpace(domain, names, str(info.get("normalization") or "none"), info.get("stats")), info
