@@ -172,6 +172,14 @@ def trajectories(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_
     _stage("worldtune.trajectories")(cfg)
 
 
+@app.command(**stage_command("model", "serve"))
+def serve(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Serve a Cosmos 3 forward-dynamics world model to a policy over HTTP: reset with first frames, step with
+    action chunks, every rollout recorded as a LeRobot episode (protocol and client: docs/serve.md)."""
+    cfg = _resolve(config, ctx, print_config, ("model", "serve"))
+    _stage("worldtune.serve.server")(cfg)
+
+
 @app.command()
 def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every stage's output"),
          steps: int = typer.Option(200, "--steps", help="training steps"),

@@ -175,10 +175,43 @@ class CheckpointConfig(Section):
     milestones: list[int] = Field(default_factory=list, description="steps whose checkpoints are never deleted")
 
 
+ACTION_TIERS = (256, 480, 704, 720)  # Cosmos3OmniPipeline's action resolution tiers
+
+
+class DynamicsConfig(Section):
+    """Settings of `train.task = "forward_dynamics"` (Cosmos 3: first frame + actions -> video); read by
+    `worldtune cache` too, since the cached latents and captions depend on them."""
+
+    tier: int | Literal["auto"] = Field(
+        "auto", description="action resolution tier (256, 480, 704, 720): clips are downscaled (never upscaled) "
+        "and padded into the tier's canvas of the closest aspect ratio before VAE encoding, and the caption names "
+        "the canvas, as the pipeline conditions a forward-dynamics run; generate at the same tier. auto = the "
+        "smallest of 256, 480, 720 whose canvas holds the clips without downscaling (720 if none does)")
+    view_point: Literal["auto", "ego_view", "third_person_view", "wrist_view", "concat_view"] = Field(
+        "auto", description="camera sentence of the action caption; auto = concat_view for a grid of cameras, "
+        "ego_view for one camera")
+    init_from: str | None = Field(
+        None, description="a new domain's action-projection rows start from this existing domain's rows (e.g. "
+        "droid_lerobot); None = the checkpoint's values in the domain's slot")
+
+    @field_validator("tier")
+    @classmethod
+    def _tier(cls, v: int | str) -> int | str:
+        if v != "auto" and v not in ACTION_TIERS:
+            raise ValueError(f"train.dynamics.tier must be auto or one of {list(ACTION_TIERS)}, got {v!r}")
+        return v
+
+
 class TrainConfig(Section):
     """`worldtune train`: rectified-flow post-training (LoRA, DoRA or full) of the DiT."""
 
     dataset: str = Field("demo_out/dataset", description="prepared dataset folder")
+    task: Literal["video", "forward_dynamics"] = Field(
+        "video", description="what the model learns: video = text/image/video to video; forward_dynamics = first "
+        "frame + the clip's robot actions -> the video (Cosmos 3; needs a dataset prepared with "
+        "prepare.actions.key, trains the adapter and the embodiment domain's action-projection rows, and keeps "
+        "exactly the first latent frame clean)")
+    dynamics: DynamicsConfig = Field(default_factory=DynamicsConfig, description="forward-dynamics settings")
     cache: str | None = Field("auto", description="latent cache folder; auto = <dataset>/cache/<model-key> if it "
                               "exists; none = decode clips every step")
     out: str = Field("demo_out/runs/lora", description="run folder (its name names the exported adapter)")
@@ -260,6 +293,14 @@ class TrainConfig(Section):
             raise ValueError(f"train.text_dropout must be in [0, 1), got {self.text_dropout}")
         if self.fsdp and self.ema:
             raise ValueError("train.ema is not supported together with train.fsdp yet; use one of them")
+        if self.task == "forward_dynamics":
+            default = type(self).model_fields["cond_frames_probs"].get_default(call_default_factory=True)
+            if self.cond_frames_probs not in ({1: 1.0}, default):  # a saved config repeats the default
+                raise ValueError("train.task = forward_dynamics conditions on exactly the first latent frame: unset "
+                                 "train.cond_frames_probs (or set it to {1 = 1.0})")
+            if self.mode == "full" or self.fsdp:
+                raise ValueError("train.task = forward_dynamics trains LoRA/DoRA adapters with the domain's action "
+                                 "rows on one process or DDP: use train.mode = lora or dora, without train.fsdp")
         if self.steps <= 0 or self.batch_size <= 0 or self.grad_accum <= 0:
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be > 0")
         return self
@@ -494,6 +535,59 @@ class TrajectoriesConfig(Section):
         return self
 
 
+# ----------------------------------------------------------------------------------------- serve
+class ServeConfig(Section):
+    """`worldtune serve`: a Cosmos 3 forward-dynamics world model kept loaded, stepped by a policy over HTTP."""
+
+    host: str = Field("127.0.0.1", description="address to bind; the server has no authentication, so keep it on "
+                      "the loopback unless the network is trusted")
+    port: int = Field(8765, description="TCP port; 0 = any free port (printed at start)")
+    adapter: str | None = Field(None, description="a forward-dynamics adapter folder (`worldtune export` of a "
+                                "forward-dynamics run): LoRA, the domain's action rows and its action normalisation")
+    dataset: str | None = Field(None, description="a prepared dataset (`worldtune prepare`): its camera layout, frame "
+                                "size, fps and, from actions.json, the action domain and normalisation")
+    domain: str = Field("droid_lerobot", description="existing Cosmos 3 action domain when neither adapter nor dataset "
+                        "names one")
+    layout: dict[str, Any] | None = Field(None, description="camera layout (as in a dataset's info.json); None = the "
+                                          "dataset's, else one camera")
+    height: int | None = Field(None, description="model frame height; None = the dataset's, else the first frame's "
+                               "(fitted to the tier)")
+    width: int | None = Field(None, description="model frame width; None = the dataset's, else the first frame's")
+    fps: float | None = Field(None, description="frame rate told to the model and written to the episodes; None = "
+                              "the adapter's, else the dataset's, else 15")
+    chunk_size: int | None = Field(None, description="actions per step (a multiple of 4); None = any multiple of 4")
+    steps: int = Field(35, description="denoising steps per chunk")
+    guidance: float = Field(6.0, description="classifier-free guidance on the instruction (1 = off, half the cost)")
+    tier: int | Literal["auto"] = Field("auto", description="the pipeline's action resolution tier (256, 480, 704, "
+                                        "720); auto = the adapter's, else the smallest whose canvas holds the frames")
+    view_point: Literal["auto", "ego_view", "third_person_view", "wrist_view", "concat_view"] = Field(
+        "auto", description="camera framing sentence of the caption; auto = the adapter's, else concat_view for a "
+        "grid and ego_view for one camera")
+    actions: Literal["raw", "normalized"] = Field("raw", description="raw: the server scales the policy's actions with "
+                                                  "the adapter's/dataset's normalisation; normalized: already scaled")
+    record: str | None = Field("serve_out/episodes", description="folder of recorded rollouts (one LeRobot v3.0 "
+                               "dataset per episode); None = do not record")
+    lossless: bool = Field(True, description="lossless video in the recorded episodes")
+    device: str = Field("auto", description="auto = cuda when available, else cpu")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServeConfig":
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"serve.port must be 0..65535, got {self.port}")
+        if self.chunk_size is not None and (self.chunk_size < 4 or self.chunk_size % 4):
+            raise ValueError(f"serve.chunk_size must be a positive multiple of 4, got {self.chunk_size}")
+        if self.steps < 1:
+            raise ValueError(f"serve.steps must be > 0, got {self.steps}")
+        if self.tier != "auto" and self.tier not in ACTION_TIERS:
+            raise ValueError(f"serve.tier must be auto or one of {list(ACTION_TIERS)}, got {self.tier!r}")
+        for side, v in (("height", self.height), ("width", self.width)):
+            if v is not None and (v <= 0 or v % 16):
+                raise ValueError(f"serve.{side} must be a positive multiple of 16, got {v}")
+        if self.fps is not None and self.fps <= 0:
+            raise ValueError(f"serve.fps must be > 0, got {self.fps}")
+        return self
+
+
 class WorldtuneConfig(Section):
     """A whole config file: one section per stage (plus `[model]`, shared by the stages that load it)."""
 
@@ -507,6 +601,7 @@ class WorldtuneConfig(Section):
     compare: CompareConfig = Field(default_factory=CompareConfig)
     idm: IdmConfig = Field(default_factory=IdmConfig)
     trajectories: TrajectoriesConfig = Field(default_factory=TrajectoriesConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
 
 # ------------------------------------------------------------------------------------- machinery

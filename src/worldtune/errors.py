@@ -42,6 +42,10 @@ class NotBuiltError(WorldtuneError):
     exit_code = 2
 
 
+class ServeError(WorldtuneError):
+    """A request to the world-model server is malformed or out of order, or the server cannot be reached."""
+
+
 class LaunchError(WorldtuneError):
     """A launcher (local torchrun or SLURM) cannot start, or its tools are missing."""
 

@@ -9,7 +9,8 @@ from worldtune.config import load_config
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["demo.toml", "predict25_2b_lora_1gpu.toml", "predict2_14b_droid_grid_8gpu.toml"])
+@pytest.mark.parametrize("name", ["demo.toml", "predict25_2b_lora_1gpu.toml", "predict2_14b_droid_grid_8gpu.toml",
+                                  "cosmos3_serve.toml"])
 def test_recipe_loads(name):
     load_config(CONFIGS / name)
 

@@ -9,6 +9,9 @@ Format (a folder, by default `<dataset>/cache/<key>/`):
     latents-rRRR-NNNNNN.safetensors  clip_id -> normalised latents [16, T', H/8, W/8] (process RRR's shards)
     text-rRRR-NNNNNN.safetensors     sha1(prompt) -> embedding [S, D] ("raw": text encoder output,
                                      "projected": Predict2.5's crossattn_proj output)
+    actions-rRRR-NNNNNN.safetensors  forward dynamics only (`train.task`): clip_id -> normalised action
+                                     chunk [F-1, D]; the text is then the action caption of each clip's
+                                     task, the latents those of the tier's canvas (data/dynamics.py)
     index.json                       key -> shard file for every shard, written once every process finished
 Every shard is written atomically, so an interrupted run leaves only complete shards and a rerun
 continues with the clips and prompts not yet in one. The key hashes the model's VAE/text encoder
@@ -41,7 +44,7 @@ from worldtune.lock import OutputLock
 
 FORMAT, VERSION = "worldtune.cache", 1
 INDEX = "index.json"
-KINDS = ("latents", "text")
+KINDS = ("latents", "text", "actions")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 RowEncoder = Callable[[dict[str, Any]], dict[str, torch.Tensor]]
 
@@ -51,9 +54,11 @@ def prompt_key(prompt: str) -> str:
 
 
 def cache_key(model_id: str, height: int, width: int, num_frames: int, text_kind: str, max_seq: int,
-              fps: float | None = None) -> str:
-    """`fps` only where the cached text depends on it (Cosmos 3's duration sentence); else the key is unchanged."""
-    blob = json.dumps([model_id, height, width, num_frames, text_kind, max_seq] + ([fps] if fps is not None else []))
+              fps: float | None = None, task: dict[str, Any] | None = None) -> str:
+    """`fps` only where the cached text depends on it (Cosmos 3's duration sentence), `task` only for a forward-
+    dynamics cache (tier, canvas, view point); else the key is unchanged."""
+    blob = json.dumps([model_id, height, width, num_frames, text_kind, max_seq] + ([fps] if fps is not None else [])
+                      + ([task] if task else []), sort_keys=True)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
@@ -110,6 +115,10 @@ class LatentCache:
     def prompt_keys(self) -> set[str]:
         return set(self._where["text"])
 
+    @property
+    def action_ids(self) -> set[str]:
+        return set(self._where["actions"])
+
     def _get(self, kind: str, key: str) -> torch.Tensor:
         from safetensors import safe_open
 
@@ -125,6 +134,9 @@ class LatentCache:
 
     def text(self, prompt: str) -> torch.Tensor:
         return self._get("text", prompt_key(prompt))
+
+    def actions(self, clip_id: str) -> torch.Tensor:
+        return self._get("actions", clip_id)
 
     def check(self, expect: dict[str, Any]) -> None:
         """Refuse a cache made for another model or shape, naming what differs and the fix."""
@@ -146,9 +158,14 @@ def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> d
                    text_projection=text_kind == "projected")
     h, w, f = dataset_info["height"], dataset_info["width"], dataset_info["num_frames"]
     fps = clip_fps(dataset_info, spec) if family_of(spec).text_depends_on_clip else None
+    task: dict[str, Any] = {}
+    if cfg.train.task == "forward_dynamics":
+        from worldtune.data.dynamics import key_settings
+
+        task = key_settings(cfg, dataset_info, spec)
     return dict(model_id=mid, height=h, width=w, num_frames=f, text_kind=text_kind,
-                max_sequence_length=spec.max_sequence_length, **({"fps": fps} if fps is not None else {}),
-                key=cache_key(mid, h, w, f, text_kind, spec.max_sequence_length, fps))
+                max_sequence_length=spec.max_sequence_length, **({"fps": fps} if fps is not None else {}), **task,
+                key=cache_key(mid, h, w, f, text_kind, spec.max_sequence_length, fps, task))
 
 
 def clip_fps(dataset_info: dict[str, Any], spec) -> float:
@@ -170,7 +187,7 @@ class ShardWriter:
 
     def __init__(self, root: Path, rank: int, store: torch.dtype):
         self.root, self.rank, self.store = root, rank, store
-        pat = re.compile(rf"(latents|text)-r{rank:03d}-(\d+)\.safetensors")
+        pat = re.compile(rf"({'|'.join(KINDS)})-r{rank:03d}-(\d+)\.safetensors")
         self.next = dict.fromkeys(KINDS, 0)
         for p in root.glob(f"*-r{rank:03d}-*.safetensors"):
             if m := pat.fullmatch(p.name):
@@ -178,8 +195,11 @@ class ShardWriter:
 
     def save(self, kind: str, tensors: dict[str, torch.Tensor]) -> Path:
         path = self.root / f"{kind}-r{self.rank:03d}-{self.next[kind]:06d}.safetensors"
-        # floats in the store dtype; integers (Cosmos 3's text-token ids) as they are
-        _atomic_save({k: v.to(self.store) if v.is_floating_point() else v for k, v in tensors.items()}, path)
+        # floats in the store dtype; integers (Cosmos 3's text-token ids) and action chunks (small; bf16 would
+        # round a normalised action to 3 digits) as they are
+        keep = kind == "actions"
+        _atomic_save({k: v.to(self.store) if v.is_floating_point() and not keep else v for k, v in tensors.items()},
+                     path)
         self.next[kind] += 1
         return path
 
@@ -199,10 +219,12 @@ class Encoded:
 
 
 def encode_clips(rows: Iterable[dict[str, Any]], encode_row: RowEncoder, writer: ShardWriter,
-                 batch_size: int, progress: bool = True) -> Encoded:
-    """Encode `rows` (each whole clip: every key it caches), `batch_size` clips to a shard.
+                 batch_size: int, progress: bool = True, actions: RowEncoder | None = None) -> Encoded:
+    """Encode `rows` (each whole clip: every key it caches), `batch_size` clips to a shard; with `actions`
+    (forward dynamics) each clip's action chunk too, into an actions shard written before the latents shard
+    (a clip counts as cached once its latents are, so a kill between the two only repeats the actions).
 
-    A clip the dataset cannot give (unreadable mp4, missing view) is skipped and counted."""
+    A clip the dataset cannot give (unreadable mp4, missing view, broken action file) is skipped and counted."""
     from rich.progress import track
 
     rows = list(rows)
@@ -210,12 +232,17 @@ def encode_clips(rows: Iterable[dict[str, Any]], encode_row: RowEncoder, writer:
     for start in track(range(0, len(rows), batch_size), description="VAE latents", transient=True,
                        disable=not (rows and progress)):
         tensors: dict[str, torch.Tensor] = {}
+        chunks: dict[str, torch.Tensor] = {}
         for row in rows[start:start + batch_size]:
             try:
+                side = actions(row) if actions is not None else {}
                 tensors.update(encode_row(row))
+                chunks.update(side)
                 done.clips += 1
             except DatasetError as e:
                 done.failed[row["clip_id"]] = str(e)
+        if chunks:
+            writer.save("actions", chunks)
         if tensors:
             writer.save("latents", tensors)
     return done
@@ -361,7 +388,8 @@ def open_cache(cfg, enc: Encoder, dataset: str | Path, info: dict[str, Any], ext
     info_out = {"format": FORMAT, "version": VERSION, **settings, "dtype": cfg.cache.dtype,
                 "dataset": str(Path(dataset).resolve()), "family": enc.spec.family, **extra}
     if (out / "info.json").is_file():
-        LatentCache(out).check({k: info_out[k] for k in ("key", "model_id", "text_kind", "dtype")})
+        checked = ("key", "model_id", "text_kind", "dtype") + (("action_stats",) if "action_stats" in info_out else ())
+        LatentCache(out).check({k: info_out[k] for k in checked})
     else:
         atomic_write_json(out / "info.json", info_out)
     return out
@@ -375,22 +403,39 @@ def run(cfg) -> dict[str, Any]:
     ccfg = cfg.cache
     rank, world, local_rank = process_index()
     info, manifest = read_dataset(ccfg.dataset)
+    setup = None
+    if cfg.train.task == "forward_dynamics":  # latents on the action canvas, action chunks, action captions
+        from worldtune.data import dynamics
+        from worldtune.models.load import resolve_spec
+
+        setup = dynamics.resolve(cfg, info, ccfg.dataset, resolve_spec(cfg.model.name, cfg.model.path,
+                                                                       cfg.model.revision))
     enc = load_encoder(cfg, local_rank)
-    encode_row, keys_of, extra = row_encoder(ccfg.dataset, info, enc.pipe.vae)
+    actions = None
+    if setup is None:
+        encode_row, keys_of, extra = row_encoder(ccfg.dataset, info, enc.pipe.vae)
+    else:
+        encode_row, keys_of, actions = dynamics.cache_encoders(ccfg.dataset, enc.pipe, enc.spec, setup)
+        extra = setup.cache_info()
     out = open_cache(cfg, enc, ccfg.dataset, info, extra)
     with OutputLock(out, "cache", name=f".worldtune-rank{rank}.lock"):  # one live run per folder and rank
         writer = ShardWriter(out, rank, enc.store)
         writer.remove_stale_temps()
         start_rank(out, rank)
         cache = LatentCache(out)
-        have = cache.clip_ids
+        have = cache.clip_ids & cache.action_ids if setup is not None else cache.clip_ids
         mine = shard(manifest, rank, world, key=lambda r: r["clip_id"])
         todo = [r for r in mine if not all(k(r) in have for k in keys_of)]
-        done = encode_clips(todo, encode_row, writer, ccfg.batch_size)
-        batches = prompt_batches([r["prompt"] for r in manifest] + [""], ccfg.text_batch_size, rank, world)
-        new_prompts = encode_texts(enc.pipe, enc.spec, batches, enc.text_kind, cache.prompt_keys, writer, info)
+        done = encode_clips(todo, encode_row, writer, ccfg.batch_size, actions=actions)
+        if setup is None:
+            batches = prompt_batches([r["prompt"] for r in manifest] + [""], ccfg.text_batch_size, rank, world)
+            new_prompts = encode_texts(enc.pipe, enc.spec, batches, enc.text_kind, cache.prompt_keys, writer, info)
+        else:
+            batches = prompt_batches([dynamics.task_text(r) for r in manifest], ccfg.text_batch_size, rank, world)
+            new_prompts = dynamics.encode_task_texts(enc.pipe, enc.spec, setup, batches, cache.prompt_keys, writer)
         index = finish_rank(out, rank, world, done.failed)
-    summary = {"cache": str(out), "process": f"{rank}/{world}", "clips": len(manifest), "mine": len(mine),
+    summary = {"cache": str(out), "task": cfg.train.task, "process": f"{rank}/{world}", "clips": len(manifest),
+               "mine": len(mine),
                "views": ",".join(extra.get("views", [])) or "packed", "encoded": done.clips,
                "already": len(mine) - len(todo), "failed": len(done.failed), "new_prompts": new_prompts,
                "text_kind": enc.text_kind, "device": enc.device, "vae_mode": enc.vae_mode,

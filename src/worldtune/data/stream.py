@@ -147,6 +147,11 @@ def run(cfg, *, on_clip: P.ClipHook | None = None) -> dict[str, Any]:
     `on_clip` is prepare's hook (called as each clip mp4 is written; tests use it)."""
     from worldtune.data.dataset import read_dataset
 
+    if cfg.train.task == "forward_dynamics":
+        from worldtune.errors import ConfigError
+
+        raise ConfigError("`prepare --cache` caches video latents only: for train.task = \"forward_dynamics\" run "
+                          "`worldtune prepare` without --cache, then `worldtune cache` with the same config")
     t0 = time.perf_counter()
     pcfg, ccfg = cfg.prepare, cfg.cache
     root = Path(pcfg.out)

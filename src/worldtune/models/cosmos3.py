@@ -347,6 +347,12 @@ class Cosmos3(ModelFamily):
             "activation_bytes_no_ckpt": None, "activation_bytes_full_ckpt": None,
         }
 
+    def dynamics(self):
+        """Forward dynamics through the pipeline's `forward_dynamics` mode (models/cosmos3_actions.py)."""
+        from worldtune.models.cosmos3_actions import ForwardDynamics
+
+        return ForwardDynamics(self)
+
     # ------------------------------------------------------------------ generation
     def default_negative_prompt(self, pipe) -> str | None:
         return None  # the pipeline's: an empty caption with the inverse duration and resolution sentences

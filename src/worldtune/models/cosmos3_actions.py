@@ -17,17 +17,22 @@ worldtune follows it, is written down in docs/cosmos3.md.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from worldtune.errors import ConfigError
-from worldtune.models.cosmos3 import _pipeline_view, transformer_inputs
+from worldtune.errors import ConfigError, DatasetError, GenerationError
+from worldtune.models.cosmos3 import NUM_TRAIN_TIMESTEPS, PAD_ID, _pipeline_view, transformer_inputs
 from worldtune.models.cosmos3_domains import ActionDomain
 
 MODE = "forward_dynamics"
+ROWS_FILE = "action_domain.safetensors"  # the domain's trained projection rows, beside an adapter
+SIDECAR = "worldtune_adapter.json"  # the adapter's info JSON (infer/adapters.py reads it too); key "action"
 INPUT_TABLES = ("action_proj_in.fc", "action_proj_in.bias")  # actions in: all forward dynamics reads
 OUTPUT_TABLES = ("action_proj_out.fc", "action_proj_out.bias")  # actions out: inverse dynamics and policy
 
@@ -87,6 +92,37 @@ def predict_forward_dynamics(model: nn.Module, batch, text: torch.Tensor, action
     return torch.cat(preds)
 
 
+@torch.no_grad()
+def sample_forward_dynamics(transformer: nn.Module, scheduler, x0: torch.Tensor, text: torch.Tensor,
+                            actions: torch.Tensor, domain_id: int, noise: torch.Tensor, steps: int, guidance: float,
+                            fps: float | None = None) -> torch.Tensor:
+    """The pipeline's forward-dynamics loop on cached inputs (the trainer's validation videos): latent frame 0 of
+    `x0` clean, the rest from `noise`, every action step clean in both guidance branches, guidance against the
+    dropped text (row 1 of `text` [1, 2, L]). `actions` [1, K, D] normalised."""
+    from worldtune.train.adapters import unwrap
+
+    config, dtype = unwrap(transformer).config, next(transformer.parameters()).dtype
+    prompt, dropped = (row[row != PAD_ID] for row in text[0])
+    x = noise.float().clone()
+    x[:, :, :1] = x0[:, :, :1].float()
+    noisy = torch.ones(1, 1, x.shape[2], 1, 1, device=x.device)
+    noisy[:, :, 0] = 0.0
+    scheduler.set_timesteps(steps, device=x.device)
+    for t in scheduler.timesteps:
+        frame_sigma = torch.full((x.shape[2],), float(t) / NUM_TRAIN_TIMESTEPS, device=x.device)
+
+        def velocity(ids: torch.Tensor) -> torch.Tensor:
+            kw = forward_dynamics_inputs(config, ids, x.to(dtype), frame_sigma, actions[0], domain_id, fps)
+            return transformer(**kw)[0][0].float() * noisy
+
+        v = velocity(prompt)
+        if guidance > 1.0:
+            v_drop = velocity(dropped)
+            v = v_drop + guidance * (v - v_drop)
+        x = scheduler.step(v, t, x, return_dict=False)[0]
+    return x
+
+
 # ------------------------------------------------------------------------------ prompts and canvas
 def action_canvas(height: int, width: int, tier: int) -> tuple[int, int]:
     """The padded canvas the pipeline conditions an action run on (and names in its caption) for frames of
@@ -104,6 +140,21 @@ def action_prompt_token_ids(pipe, task: str, chunk_size: int, height: int, width
     caption, which is also what the pipeline's guidance branch reads."""
     return pipe.tokenize_prompt(task, None, num_frames=chunk_size + 1, height=height, width=width, fps=fps,
                                 action_mode=MODE, action_view_point=view_point)
+
+
+@torch.no_grad()
+def encode_clip_on_canvas(pipe, frames: np.ndarray, tier: int) -> torch.Tensor:
+    """Normalised latents [48, T', h, w] of a clip (uint8 [T, H, W, 3]) encoded as the pipeline conditions a
+    forward-dynamics run: downscaled (never upscaled) and padded bottom/right into the tier's canvas, VAE-encoded,
+    the latents cropped back to the content. The pipeline's own functions do each step."""
+    from PIL import Image
+
+    clip = [Image.fromarray(f) for f in frames]  # what the pipeline is given (PIL frames map 0..255 to -1..1)
+    device = next(pipe.vae.parameters()).device
+    video, size, _, _ = pipe._prepare_action_video_conditioning(clip, tier, len(clip), device=device,
+                                                                dtype=torch.float32)
+    latents = pipe._encode_video(video).float()
+    return pipe._remove_action_video_padding_from_latent(latents, size)[0]
 
 
 def register_domain(domain: ActionDomain) -> None:
@@ -169,3 +220,111 @@ def merge_domain_rows(transformer: nn.Module) -> None:
     for table in _tables(transformer).values():
         if parametrize.is_parametrized(table, "weight"):
             parametrize.remove_parametrizations(table, "weight", leave_parametrized=True)
+
+
+# ------------------------------------------------------------------------------ adapters with domain rows
+def save_action_adapter_rows(out: str | Path, transformer: nn.Module) -> Path:
+    """`action_domain.safetensors` in an adapter folder: the trained rows, keys as `domain_rows_state`."""
+    from safetensors.torch import save
+
+    from worldtune.atomic import atomic_write_bytes
+    from worldtune.train.adapters import unwrap
+
+    rows = {k: v.float().cpu().contiguous() for k, v in domain_rows_state(unwrap(transformer)).items()}
+    if not rows:
+        raise ConfigError("no action-projection rows are being trained: nothing to save beside the adapter")
+    path = Path(out) / ROWS_FILE
+    atomic_write_bytes(path, save(rows, metadata={"format": "worldtune.action_domain", "version": "1"}))
+    return path
+
+
+def read_action_info(adapter_dir: str | Path) -> dict[str, Any]:
+    """The forward-dynamics facts an adapter was trained with (from its info JSON, key "action"): `domain`
+    (ActionDomain.to_dict()), `normalization` and `stats` (for `worldtune.data.actions.normalize`), `names`,
+    `width`, `chunk_size`, `fps`, `tier`, `canvas`, `view_point`, `rows_file`."""
+    folder = Path(adapter_dir)
+    folder = folder.parent if folder.is_file() else folder
+    path = folder / SIDECAR
+    try:
+        info = json.loads(path.read_text(encoding="utf-8")).get("action")
+    except FileNotFoundError:
+        raise GenerationError(f"{folder} has no {SIDECAR}: point at the folder `worldtune train` or `worldtune "
+                              "export` wrote for a forward-dynamics run") from None
+    except (OSError, ValueError, AttributeError) as e:
+        raise GenerationError(f"{path} cannot be read ({type(e).__name__}): re-export the adapter") from None
+    if not isinstance(info, dict) or not isinstance(info.get("domain"), dict):
+        raise GenerationError(f"{path} records no action domain: the adapter was not trained with "
+                              "train.task = \"forward_dynamics\"")
+    return info
+
+
+def load_action_adapter_rows(transformer: nn.Module, adapter_dir: str | Path) -> ActionDomain:
+    """Write an adapter's trained domain rows into the transformer's action input projection (in place, at the
+    domain's slot) and register the domain with the pipeline; returns the domain. Load the LoRA itself with
+    `transformer.load_lora_adapter` as for any adapter."""
+    from safetensors.torch import load_file
+
+    info = read_action_info(adapter_dir)
+    folder = Path(adapter_dir)
+    folder = folder.parent if folder.is_file() else folder
+    domain = ActionDomain(**info["domain"])
+    path = folder / info.get("rows_file", ROWS_FILE)
+    try:
+        rows = load_file(str(path))
+    except FileNotFoundError:
+        raise GenerationError(f"{path} is missing: re-export the adapter (it holds the domain's trained rows)") from None
+    except Exception as e:  # safetensors' own error type for a damaged file
+        raise GenerationError(f"{path} cannot be read ({str(e).splitlines()[0][:80]}): re-export the adapter") from None
+    for name, table in _tables(transformer, INPUT_TABLES).items():
+        row = rows.get(f"{name}.weight")
+        if parametrize.is_parametrized(table, "weight"):
+            raise GenerationError(f"{name} is training a domain's rows: load adapters into a plain transformer")
+        n, width = table.weight.shape
+        if row is None or tuple(row.shape) != (1, width) or not 0 <= domain.id < n:
+            raise GenerationError(f"{path}: row '{name}.weight' {list(row.shape) if row is not None else 'missing'} "
+                                  f"at slot {domain.id} does not fit this model's [{n}, {width}] table: use an "
+                                  "adapter trained on this base model")
+        with torch.no_grad():
+            table.weight[domain.id] = row[0].to(device=table.weight.device, dtype=table.weight.dtype)
+    register_domain(domain)
+    return domain
+
+
+# ------------------------------------------------------------------------------ the family's interface
+class ForwardDynamics:
+    """What `train.task = "forward_dynamics"` asks of the Cosmos 3 family: the canvas, the action caption, the
+    canvas latents, the trainable domain rows, the prediction and the sampler (ModelFamily.dynamics())."""
+
+    def __init__(self, family) -> None:
+        self.family = family
+
+    def canvas(self, height: int, width: int, tier: int) -> tuple[int, int]:
+        return action_canvas(height, width, tier)
+
+    def prompt_ids(self, pipe, tasks: list[str], chunk: int, canvas: tuple[int, int], fps: float,
+                   view_point: str, max_length: int) -> torch.Tensor:
+        """Token ids [N, 2, L] (padded with -1): row 0 the task's action caption, row 1 the dropped text."""
+        rows = [action_prompt_token_ids(pipe, t, chunk, *canvas, fps, view_point) for t in tasks]
+        length = max_length
+        out = torch.full((len(tasks), 2, length), PAD_ID, dtype=torch.long)
+        for i, (task, pair) in enumerate(zip(tasks, rows)):
+            for j, ids in enumerate(pair):
+                if len(ids) > length:
+                    raise DatasetError(f"task {task[:60]!r}... is {len(ids)} tokens in its action caption, over the "
+                                       f"model's {length}: shorten the task text")
+                out[i, j, :len(ids)] = torch.tensor(ids)
+        return out
+
+    def encode_clip(self, pipe, frames: np.ndarray, tier: int) -> torch.Tensor:
+        return encode_clip_on_canvas(pipe, frames, tier)
+
+    def check_heads(self, transformer: nn.Module) -> None:
+        _tables(transformer, INPUT_TABLES)
+
+    def train_rows(self, transformer: nn.Module, domain_id: int, init_from: int | None) -> list[nn.Parameter]:
+        return train_domain_rows(transformer, domain_id, init_from)
+
+    predict = staticmethod(predict_forward_dynamics)
+    sample = staticmethod(sample_forward_dynamics)
+    save_rows = staticmethod(save_action_adapter_rows)
+    merge_rows = staticmethod(merge_domain_rows)

@@ -144,6 +144,15 @@ class ModelFamily:
         """Activation bytes one block keeps for backward (for automatic checkpointing); None where not modelled."""
         return None
 
+    def dynamics(self):
+        """The family's forward-dynamics interface (first frame + robot actions -> video: canvas, action
+        captions, prediction, trainable domain rows), for `train.task = "forward_dynamics"`; a family without
+        one is a one-line error."""
+        from worldtune.errors import ConfigError
+
+        raise ConfigError(f"{self.spec.name} is a {self.label} model, which has no action-conditioned mode: "
+                          "train.task = \"forward_dynamics\" needs a Cosmos 3 model (model.name / model.path)")
+
     # ------------------------------------------------------------------ generation
     def latent_shape(self, pipe, num_frames: int, height: int, width: int) -> tuple[int, ...]:
         c = self.latent_channels(pipe)

@@ -17,10 +17,12 @@ from worldtune.atomic import atomic_write_json
 from worldtune.errors import CheckpointError
 
 def save_adapter(out: str | Path, transformer: torch.nn.Module, spec, base_fingerprint: str,
-                 state: dict[str, torch.Tensor] | None = None) -> Path:
+                 state: dict[str, torch.Tensor] | None = None, action: dict | None = None) -> Path:
     """The trained adapter of `transformer` as its model family writes it, plus worldtune_adapter.json
     (the base model it belongs to, checked when it is loaded). `state`: the model's full state dict where
-    the live parameters are shards (FSDP), gathered by the caller."""
+    the live parameters are shards (FSDP), gathered by the caller. `action`: a forward-dynamics run's facts
+    (domain, normalisation, chunk, canvas); the domain's trained action rows are then written beside the
+    adapter (`action_domain.safetensors`) and the facts into the JSON under "action"."""
     from worldtune.models.family import family_of
     from worldtune.train.adapters import adapter_metadata, peft_state_dict
 
@@ -29,9 +31,12 @@ def save_adapter(out: str | Path, transformer: torch.nn.Module, spec, base_finge
     metadata = adapter_metadata(transformer)
     family = family_of(spec)
     path = family.save_adapter(out, peft_state_dict(transformer, state), metadata)
+    if action is not None:
+        family.dynamics().save_rows(out, transformer)
     atomic_write_json(out / "worldtune_adapter.json", {
         **family.adapter_info(), "base_fingerprint": base_fingerprint, "rank": metadata.get("r"),
-        "alpha": metadata.get("lora_alpha"), "use_dora": metadata.get("use_dora")})
+        "alpha": metadata.get("lora_alpha"), "use_dora": metadata.get("use_dora"),
+        **({"action": action} if action is not None else {})})
     return path
 
 
@@ -77,6 +82,9 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     if fp != ck["state"]["base_fingerprint"]:
         raise CheckpointError(f"{source}: the base model at model.path/name is not the one it was trained on")
     apply_training_mode(transformer, cfg.train.mode, cfg.train.lora, family_of(spec))
+    action = ck["state"].get("action")  # a forward-dynamics run: its domain's rows are trained weights too
+    if action is not None:
+        family_of(spec).dynamics().train_rows(transformer, int(action["domain"]["id"]), None)
     named = dict(transformer.named_parameters())
     with torch.no_grad():
         for k, v in trainable.items():
@@ -91,10 +99,17 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
         merged = transformer.fuse_lora  # diffusers' PeftAdapterMixin fuses in place
         merged(lora_scale=1.0)
         transformer.unload_lora() if hasattr(transformer, "unload_lora") else None
+        if action is not None:  # the rows into the table: a plain diffusers transformer, the facts beside it
+            dyn = family_of(spec).dynamics()
+            dyn.save_rows(out_path, transformer)
+            dyn.merge_rows(transformer)
+            atomic_write_json(out_path / "worldtune_adapter.json", {**family_of(spec).adapter_info(),
+                                                                    "base_fingerprint": fp, "fused": True,
+                                                                    "action": action})
         transformer.save_pretrained(out_path / "transformer", safe_serialization=True)
         result = out_path / "transformer"
     else:
-        result = save_adapter(out_path, transformer, spec, fp)
+        result = save_adapter(out_path, transformer, spec, fp, action=action)
     print(f"exported step {ck['state']['step']} of {source} to {result}")
     return result
 

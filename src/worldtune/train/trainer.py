@@ -83,12 +83,15 @@ class Dist:
 
 
 # ----------------------------------------------------------------------------------------- data
-def _open_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
+def _open_data(cfg: WorldtuneConfig, spec, cache_mode: bool, setup=None):
+    """(cache or None, train set, held-out set, dataset info); `setup` = a forward-dynamics run's data setup."""
     from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir
     from worldtune.data.dataset import CachedClips, DecodedClips, read_dataset
 
     tc = cfg.train
     info, rows = read_dataset(tc.dataset)
+    if setup is not None:
+        return _open_dynamics_data(cfg, spec, cache_mode, setup, info, rows)
     if not cache_mode:
         if (info.get("layout") or {}).get("type") == "separate":
             raise ConfigError(f"{tc.dataset} has separate camera views: the multi-view model trains from the per-view "
@@ -121,6 +124,32 @@ def _open_data(cfg: WorldtuneConfig, spec, cache_mode: bool):
         raise ConfigError(f"train.num_frames={tc.num_frames} differs from the cached clips' {info['num_frames']}: "
                           f"unset it or train from decoded clips (--train.cache none)")
     return cache, sets[0], sets[1], info
+
+
+def _open_dynamics_data(cfg: WorldtuneConfig, spec, cache_mode: bool, setup, info, rows):
+    """Forward dynamics: decoded clips with their actions, or a forward-dynamics cache made for this setup."""
+    from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir
+    from worldtune.data.dynamics import TASK, CachedDynamicsClips, DecodedDynamicsClips
+
+    tc = cfg.train
+    if not cache_mode:
+        if (info.get("streamed") or {}).get("keep_clips") == "val":
+            raise ConfigError(f"{tc.dataset} was made by `worldtune prepare --cache`, which keeps only held-out clips as "
+                              "video and caches video latents: for forward dynamics prepare again without --cache, then "
+                              "run `worldtune cache` with train.task = \"forward_dynamics\"")
+        return (None, DecodedDynamicsClips(tc.dataset, rows, setup, "train"),
+                DecodedDynamicsClips(tc.dataset, rows, setup, "val"), info)
+    kind = family_of(spec).text_kinds[0]
+    path = Path(tc.cache) if tc.cache not in (None, "auto") else default_cache_dir(
+        tc.dataset, cache_settings(cfg, info, spec, kind)["key"])
+    cache = LatentCache(path)
+    if cache.info.get("task") != TASK:
+        raise ConfigError(f"cache {path} holds video latents, not a forward-dynamics cache: run `worldtune cache` with "
+                          "train.task = \"forward_dynamics\" (or unset train.cache)")
+    expect = {**cache_settings(cfg, info, spec, cache.info["text_kind"]), **setup.cache_info()}
+    cache.check({k: expect[k] for k in ("model_id", "height", "width", "num_frames", "tier", "view_point",
+                                        "action_normalization", "action_stats")})
+    return cache, CachedDynamicsClips(rows, cache, "train"), CachedDynamicsClips(rows, cache, "val"), info
 
 
 def _cache_available(cfg: WorldtuneConfig, spec) -> bool:
@@ -221,8 +250,16 @@ class Trainer:
     def _build_data(self) -> None:
         """The cached (or decoded) clips, split into train and held-out sets."""
         tc = self.cfg.train
+        self.setup = self.dyn = None  # forward dynamics: the data setup, and the family's interface
+        if tc.task == "forward_dynamics":
+            from worldtune.data.dataset import read_dataset
+            from worldtune.data.dynamics import resolve
+
+            self.setup = resolve(self.cfg, read_dataset(tc.dataset)[0], tc.dataset, self.spec)
+            self.dyn = self.family.dynamics()
         self.cache_mode = _cache_available(self.cfg, self.spec)
-        self.cache, self.train_set, self.val_set, self.data_info = _open_data(self.cfg, self.spec, self.cache_mode)
+        self.cache, self.train_set, self.val_set, self.data_info = _open_data(self.cfg, self.spec, self.cache_mode,
+                                                                              self.setup)
         if len(self.train_set) == 0:
             raise DatasetError(f"{tc.dataset}: no training clips (split='train'"
                                f"{' with cached latents' if self.cache_mode else ''}); check prepare's report")
@@ -258,7 +295,11 @@ class Trainer:
         # decoded clips: the family's plain kind (the last it lists: raw embeddings, or Cosmos 3's token ids)
         self.text_kind = self.cache.info.get("text_kind", "raw") if self.cache_mode else self.family.text_kinds[-1]
         self._set_aside = self.family.prepare_for_text(self.transformer, self.text_kind)
+        if self.dyn is not None:
+            self.dyn.check_heads(self.transformer)
         self.params = apply_training_mode(self.transformer, tc.mode, tc.lora, self.family)
+        if self.dyn is not None:  # the domain's action input-projection rows train beside the adapter
+            self.params += self.dyn.train_rows(self.transformer, self.setup.domain.id, self.setup.init_from)
         self.mv = None  # the multi-view wrapper, when the dataset keeps camera views separate
         if (self.data_info.get("layout") or {}).get("type") == "separate":
             from worldtune.models.multiview import MultiViewTransformer
@@ -312,8 +353,11 @@ class Trainer:
                                            weight_decay=tc.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_multiplier(s, tc.steps, tc.warmup, tc.f_max, tc.f_min))
-        self.objective: FlowMatchingLoss = flow_loss_from_config(
-            tc, self.family.objective_defaults(self.data_info["height"], self.data_info["width"]))
+        if self.setup is None:
+            defaults = self.family.objective_defaults(self.data_info["height"], self.data_info["width"])
+        else:  # NVIDIA keys the shift on the padded canvas; exactly the first latent frame is clean
+            defaults = {**self.family.objective_defaults(*self.setup.canvas), "cond_frames_probs": ((1, 1.0),)}
+        self.objective: FlowMatchingLoss = flow_loss_from_config(tc, defaults)
         self.flops_per_sample = self._flops_per_sample()
 
     def _build_checkpointing(self) -> None:
@@ -357,31 +401,54 @@ class Trainer:
                                         self._fused_adaln)
 
     def _encode_text(self, prompts: list[str]) -> torch.Tensor:
-        """Text conditioning computed on the fly (training from decoded clips), as the cache would store it."""
+        """Text conditioning computed on the fly (training from decoded clips), as the cache would store it
+        (forward dynamics: `prompts` are tasks, encoded as the action caption)."""
+        if self.setup is not None:
+            st = self.setup
+            return self.dyn.prompt_ids(self.pipe, prompts, st.chunk, st.canvas, st.fps, st.view_point,
+                                       self.spec.max_sequence_length)
         frames = self.cfg.train.num_frames or self.data_info["num_frames"]
         return self.family.encode_prompts(self.pipe, prompts, self.text_kind, num_frames=frames,
                                           height=self.data_info["height"], width=self.data_info["width"], fps=self.fps)
 
-    def _batch(self, indices: list[int], positions: list[int], micro: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-        """Clean latents, text embeddings and per-sample seeds of this process's micro-batch."""
+    def _inputs(self, items: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Clean latents, text and (forward dynamics) normalised action chunks of dataset items, on the device:
+        cached, or encoded here as the cache would encode them."""
+        dev = self.dist.device
+        actions = torch.stack([it["actions"] for it in items]).to(dev) if self.setup is not None else None
+        if self.cache_mode:
+            x0 = torch.stack([it["latents"] for it in items]).to(dev)
+            text = torch.stack([it["text"] for it in items]).to(dev)
+            return x0, text, actions
+        if self.setup is not None:
+            x0 = torch.stack([self.dyn.encode_clip(self.pipe, it["frames"], self.setup.tier) for it in items]).to(dev)
+            return x0, self._encode_text([it["task"] for it in items]).to(dev), actions
+        from worldtune.models.latents import encode, frames_to_pixels
+
+        pix = torch.stack([frames_to_pixels(it["frames"]) for it in items])
+        x0 = encode(self.pipe.vae, pix)
+        return x0, self._encode_text([it["prompt"] for it in items]).to(dev), actions
+
+    def _item(self, data, i: int) -> dict[str, Any]:
+        """Item `i` of a held-out (or training) set, a decoded clip's window fixed by `i`."""
+        return data[i] if self.cache_mode else data.get(i, torch.Generator().manual_seed(i))
+
+    def _batch(self, indices: list[int], positions: list[int],
+               micro: int) -> tuple[torch.Tensor, torch.Tensor, list[int], torch.Tensor | None]:
+        """Clean latents, text embeddings, per-sample seeds and (forward dynamics) action chunks of this
+        process's micro-batch."""
         tc = self.cfg.train
         gbs = tc.batch_size * self.dist.world
         seeds = [sample_seed(tc.seed, self.step, (micro * gbs) + p) for p in positions]
-        dev = self.dist.device
         if self.cache_mode:
             items = [self.train_set[i] for i in indices]
-            x0 = torch.stack([it["latents"] for it in items]).to(dev)
-            text = torch.stack([it["text"] for it in items]).to(dev)
-            return x0, text, seeds
-        from worldtune.models.latents import encode, frames_to_pixels
+        else:
+            items = [self.train_set.get(i, torch.Generator().manual_seed(s)) for i, s in zip(indices, seeds)]
+        x0, text, actions = self._inputs(items)
+        return x0, text, seeds, actions
 
-        items = [self.train_set.get(i, torch.Generator().manual_seed(s)) for i, s in zip(indices, seeds)]
-        pix = torch.stack([frames_to_pixels(it["frames"]) for it in items])
-        x0 = encode(self.pipe.vae, pix)
-        text = self._encode_text([it["prompt"] for it in items]).to(dev)
-        return x0, text, seeds
-
-    def _forward_loss(self, x0: torch.Tensor, text: torch.Tensor, seeds: list[int], model=None, **force) -> torch.Tensor:
+    def _forward_loss(self, x0: torch.Tensor, text: torch.Tensor, seeds: list[int], model=None,
+                      actions: torch.Tensor | None = None, **force) -> torch.Tensor:
         model = model or self.model
         if self.mv is not None:
             from worldtune.models.multiview import multiview_flow_batch, unstack_views
@@ -392,7 +459,11 @@ class Trainer:
         dtype = self.amp_dtype if self.amp else next(self.transformer.parameters()).dtype
         ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
         with ctx:
-            pred = self.family.predict(model, fb, text, dtype, self.fps)
+            if self.setup is None:
+                pred = self.family.predict(model, fb, text, dtype, self.fps)
+            else:
+                domains = torch.full((x0.shape[0],), self.setup.domain.id, dtype=torch.long, device=x0.device)
+                pred = self.dyn.predict(model, fb, text, actions, domains, dtype, self.fps)
         return self.objective.loss(pred, fb)
 
     # ------------------------------------------------------------------ steps
@@ -403,11 +474,11 @@ class Trainer:
         total = 0.0
         for micro in range(tc.grad_accum):
             indices, positions = self.sampler.next_local(tc.batch_size)
-            x0, text, seeds = self._batch(indices, positions, micro)
+            x0, text, seeds, actions = self._batch(indices, positions, micro)
             sync = micro == tc.grad_accum - 1 or self.dist.world == 1
             ctx = self.model.no_sync() if (not sync and hasattr(self.model, "no_sync")) else nullcontext()
             with ctx:
-                loss = self._forward_loss(x0, text, seeds) / tc.grad_accum
+                loss = self._forward_loss(x0, text, seeds, actions=actions) / tc.grad_accum
                 loss.backward()
             total += float(loss.detach())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
@@ -441,18 +512,10 @@ class Trainer:
         self.model.eval()
         per_sigma: dict[float, list[float]] = {s: [] for s in tc.val_sigmas}
         for i in range(n):
-            if self.cache_mode:
-                it = data[i]
-                x0, text = it["latents"][None].to(self.dist.device), it["text"][None].to(self.dist.device)
-            else:
-                from worldtune.models.latents import encode, frames_to_pixels
-
-                it = data.get(i, torch.Generator().manual_seed(i))
-                x0 = encode(self.pipe.vae, frames_to_pixels(it["frames"])[None])
-                text = self._encode_text([it["prompt"]]).to(self.dist.device)
+            x0, text, actions = self._inputs([self._item(data, i)])
             for j, s in enumerate(tc.val_sigmas):
                 loss = self._forward_loss(x0, text, [sample_seed(tc.seed + 1, 0, i * 100 + j)],
-                                          model=self.mv or self.transformer, sigma=[s], num_cond=[1])
+                                          model=self.mv or self.transformer, actions=actions, sigma=[s], num_cond=[1])
                 per_sigma[s].append(float(loss))
         out = {f"val_loss@{s:g}": sum(v) / len(v) for s, v in per_sigma.items()}
         out["val_loss"] = sum(out.values()) / len(out)
@@ -471,7 +534,7 @@ class Trainer:
         if not tc.val_videos or not self.dist.main or self.sharded or self.mv is not None or len(data) == 0:
             return []  # multi-view runs generate through worldtune.infer.multiview
         from worldtune.data.video import write_video
-        from worldtune.models.latents import decode, encode, frames_to_pixels, initial_noise, pixels_to_frames
+        from worldtune.models.latents import decode, initial_noise, pixels_to_frames
 
         vae, scheduler = self._val_components()
         dev = self.dist.device
@@ -480,18 +543,17 @@ class Trainer:
         self.transformer.eval()
         written = []
         for i in range(min(tc.val_videos, len(data))):
-            if self.cache_mode:
-                item = data[i]
-                x0, text = item["latents"][None].to(dev), item["text"][None].to(dev)
-            else:
-                item = data.get(i, torch.Generator().manual_seed(i))
-                x0 = encode(vae, frames_to_pixels(item["frames"])[None]).to(dev)
-                text = self._encode_text([item["prompt"]]).to(dev)
+            item = self._item(data, i)
+            x0, text, actions = self._inputs([item])  # decoded clips: encoded with the pipeline's own VAE
             noise = initial_noise(tc.seed + i, tuple(x0.shape)).to(dev)
             ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
             with ctx:
-                lat = self.family.sample_from_first_latent(self.transformer, scheduler, x0, text, noise,
-                                                           tc.val_steps, tc.val_guidance, self.fps)
+                if self.setup is None:
+                    lat = self.family.sample_from_first_latent(self.transformer, scheduler, x0, text, noise,
+                                                               tc.val_steps, tc.val_guidance, self.fps)
+                else:  # forward dynamics: the clip's own actions drive the video
+                    lat = self.dyn.sample(self.transformer, scheduler, x0, text, actions, self.setup.domain.id, noise,
+                                          tc.val_steps, tc.val_guidance, self.fps)
             frames = pixels_to_frames(decode(vae, lat.to(dev))[0])
             path = out / f"{item['clip_id']}.mp4"
             write_video(path, frames, float(self.fps))
@@ -525,7 +587,8 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler.state_dict(), "sampler": self.sampler.state_dict(),
-                "base_fingerprint": self.base_fingerprint, "mode": self.cfg.train.mode,
+                "base_fingerprint": self.base_fingerprint, "mode": self.cfg.train.mode, "task": self.cfg.train.task,
+                **({"action": self.setup.info()} if self.setup is not None else {}),
                 "model": self.spec.name, "run": str(self.out.resolve()), "world_size": self.dist.world,
                 "config": json.loads(self.cfg.model_dump_json())}
 
@@ -558,6 +621,9 @@ class Trainer:
                                   f"!= {self.base_fingerprint}): resume with the same model.path/name")
         if st.get("mode") != self.cfg.train.mode:
             raise CheckpointError(f"{source} is a {st.get('mode')} checkpoint but train.mode={self.cfg.train.mode}")
+        if st.get("task", "video") != self.cfg.train.task:
+            raise CheckpointError(f"{source} is a {st.get('task', 'video')} checkpoint but train.task = "
+                                  f"{self.cfg.train.task}: resume with its task, or start a new train.out")
         self._check_same_adapter(source, st)
         if ck["sharded"]:
             self._load_sharded(source)
@@ -661,7 +727,8 @@ class Trainer:
         if not self.dist.main:
             return
         run = {"format": "worldtune.run", "version": 1, "status": status, "step": self.step,
-               "steps": self.cfg.train.steps, "mode": self.cfg.train.mode, "model": self.spec.name,
+               "steps": self.cfg.train.steps, "mode": self.cfg.train.mode, "task": self.cfg.train.task,
+               "model": self.spec.name,
                "family": self.spec.family, "base_fingerprint": self.base_fingerprint,
                "trainable_params": self.n_trainable, "world_size": self.dist.world,
                "device": str(self.dist.device), "cache": self.cache_mode, "text_kind": self.text_kind,
@@ -818,7 +885,8 @@ class Trainer:
                         p.copy_(self.ema[n].to(p.dtype))
             model.save_pretrained(out / "transformer", safe_serialization=True)
             return out / "transformer"
-        save_adapter(out, self.transformer, self.spec, self.base_fingerprint)
+        save_adapter(out, self.transformer, self.spec, self.base_fingerprint,
+                     action=self.setup.info() if self.setup is not None else None)
         if self.mv is not None:
             from worldtune.models.multiview import save_multiview_extras
 

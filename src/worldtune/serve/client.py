@@ -1,0 +1,76 @@
+"""`Client`: a policy's side of `worldtune serve`, with the standard library's urllib and numpy only.
+
+    from worldtune.serve import Client
+    world = Client("http://127.0.0.1:8765")
+    obs = world.reset({"exterior_1": frame}, "put the cube in the bowl", seed=0)   # {camera: [h, w, 3]}
+    frames = world.step(policy(obs))                                             # {camera: [K, h, w, 3]}
+    world.end()                                                                  # the recorded episode folder
+
+A refused request raises `ServeError` with the server's one-line reason; the rollout on the server is
+unchanged by it, so the policy may send a corrected chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import numpy as np
+
+from worldtune.errors import ServeError
+from worldtune.serve.protocol import VERSION, decode_frames, encode_array, encode_frames
+
+
+class Client:
+    def __init__(self, url: str = "http://127.0.0.1:8765", timeout: float = 600.0) -> None:
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self._info: dict[str, Any] | None = None
+
+    def info(self) -> dict[str, Any]:
+        """The server's model, action width, cameras and frame sizes, fps and sampling settings."""
+        info = self._call("GET", "/info")
+        if info.get("protocol") != VERSION:
+            raise ServeError(f"{self.url} speaks protocol {info.get('protocol')}, this client {VERSION}: use the "
+                             "same worldtune version on both sides")
+        self._info = info
+        return info
+
+    def reset(self, frames: dict[str, np.ndarray] | np.ndarray, instruction: str, seed: int = 0) -> dict[str, np.ndarray]:
+        """Start a rollout from every camera's first frame [H, W, 3] uint8 (a lone array: the one camera);
+        returns the first frames as the model sees them, {camera: [h, w, 3]}."""
+        if isinstance(frames, np.ndarray):
+            frames = {"image": frames}
+        answer = self._call("POST", "/reset", {"frames": encode_frames(frames), "instruction": instruction,
+                                               "seed": int(seed)})
+        return decode_frames(answer["observation"], "observation")
+
+    def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
+        """Send one action chunk [K, D]; returns the K frames it produced for every camera, {camera: [K, h, w, 3]}."""
+        a = np.asarray(actions)
+        payload = encode_array(a.astype(np.float32)) if a.dtype.kind in "fiu" else a.tolist()
+        answer = self._call("POST", "/step", {"actions": payload})
+        return decode_frames(answer["frames"], "frames")
+
+    def end(self) -> str | None:
+        """End the rollout; returns the folder it was recorded to (None: not recorded)."""
+        return self._call("POST", "/end", {})["recorded"]
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            try:
+                reason = json.loads(e.read()).get("error") or e.reason
+            except ValueError:
+                reason = e.reason
+            raise ServeError(f"{method} {path}: {reason}") from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+            why = getattr(e, "reason", e)
+            raise ServeError(f"no world-model server answers at {self.url} ({why}): start one with "
+                             "`worldtune serve CONFIG`") from None

@@ -1,0 +1,75 @@
+"""`WorldModelEnv`: the served world model as a gymnasium-style environment, for policy-evaluation loops.
+
+It follows gymnasium's API (`reset(seed=, options=) -> (obs, info)`, `step(action) -> (obs, reward,
+terminated, truncated, info)`, `close()`), and is a `gymnasium.Env` when gymnasium is installed; worldtune
+does not depend on it. One step is one action chunk [K, D]. The observation is every camera's latest frame
+{camera: [h, w, 3] uint8}; `info["frames"]` holds all K frames of the chunk. A world model has no reward
+or notion of success, so the reward is 0.0 and `terminated` is False; `truncated` turns True after
+`max_chunks` chunks. Success is judged afterwards, on the recorded episodes (`worldtune evaluate`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from worldtune.serve.client import Client
+
+try:  # a gymnasium.Env when gymnasium is there, so its wrappers and checks accept it
+    import gymnasium
+
+    _Base: type = gymnasium.Env
+except ImportError:  # duck-typed: the same methods and attributes
+    _Base = object
+
+
+class WorldModelEnv(_Base):  # type: ignore[misc, valid-type]
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, client: Client | str, frames: dict[str, np.ndarray] | np.ndarray, instruction: str,
+                 max_chunks: int | None = None, seed: int = 0) -> None:
+        self.client = client if isinstance(client, Client) else Client(client)
+        self.frames, self.instruction, self.max_chunks, self.seed = frames, instruction, max_chunks, seed
+        self.server = self.client.info()
+        self.chunks = 0
+        self.recorded: list[str] = []
+        self._spaces()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a rollout (recording the previous one); `options` may replace "frames" and "instruction"."""
+        options = options or {}
+        self.frames = options.get("frames", self.frames)
+        self.instruction = options.get("instruction", self.instruction)
+        if seed is not None:
+            self.seed = seed
+        self._end()
+        obs = self.client.reset(self.frames, self.instruction, self.seed)
+        self.chunks = 0
+        return obs, {"chunk": 0, "instruction": self.instruction}
+
+    def step(self, action: np.ndarray):
+        frames = self.client.step(action)
+        self.chunks += 1
+        obs = {k: v[-1] for k, v in frames.items()}
+        truncated = self.max_chunks is not None and self.chunks >= self.max_chunks
+        return obs, 0.0, False, truncated, {"frames": frames, "chunk": self.chunks}
+
+    def close(self) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        recorded = self.client.end()
+        if recorded:
+            self.recorded.append(recorded)
+
+    def _spaces(self) -> None:
+        """gymnasium spaces when gymnasium is installed (action: one chunk; observation: one frame a camera)."""
+        if _Base is object or not self.server.get("camera_sizes"):
+            return
+        from gymnasium import spaces
+
+        k = self.server.get("chunk_size") or 16
+        self.action_space = spaces.Box(-np.inf, np.inf, (k, int(self.server["action_width"])), np.float32)
+        self.observation_space = spaces.Dict({c: spaces.Box(0, 255, (h, w, 3), np.uint8)
+                                              for c, (h, w) in self.server["camera_sizes"].items()})

@@ -1,0 +1,65 @@
+"""The wire format of `worldtune serve`: JSON bodies, arrays as base64 of their raw bytes with dtype and shape.
+
+Why this and not npz or a binary framing: any language's HTTP and JSON libraries read it (a policy written
+in C++ or JavaScript needs nothing of ours), a request is one self-describing document, and on the loopback
+the 4/3 base64 overhead costs far less than a chunk's generation. An array is
+
+    {"dtype": "uint8", "shape": [16, 432, 768, 3], "data": "<base64 of the C-order bytes>"}
+
+little-endian, as numpy writes it on every machine worldtune runs on. An action chunk may also be sent as a
+plain nested list of numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+
+from worldtune.errors import ServeError
+
+DTYPES = ("uint8", "float32", "float64", "float16", "int32", "int64")  # what a request may carry
+VERSION = 1  # of the protocol: /info reports it; a client refuses a server of another version
+
+
+def encode_array(a: np.ndarray) -> dict[str, Any]:
+    a = np.ascontiguousarray(a)
+    if a.dtype.name not in DTYPES:
+        raise ServeError(f"arrays of {a.dtype} are not sent: convert to one of {', '.join(DTYPES)}")
+    return {"dtype": a.dtype.name, "shape": list(a.shape), "data": base64.b64encode(a.astype(a.dtype.newbyteorder("<"),
+                                                                                              copy=False).tobytes()).decode()}
+
+
+def decode_array(obj: Any, what: str) -> np.ndarray:
+    """An array from its JSON form (or a nested list of numbers); a one-line ServeError naming `what` otherwise."""
+    if isinstance(obj, list):
+        try:
+            return np.asarray(obj, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ServeError(f"{what}: a nested list of numbers of one shape expected") from None
+    if not isinstance(obj, dict) or not {"dtype", "shape", "data"} <= set(obj):
+        raise ServeError(f"{what}: expected an array {{\"dtype\", \"shape\", \"data\"}} (base64) or a nested list")
+    dtype, shape = obj["dtype"], obj["shape"]
+    if dtype not in DTYPES:
+        raise ServeError(f"{what}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise ServeError(f"{what}: shape {shape!r} is not a list of sizes")
+    try:
+        raw = base64.b64decode(str(obj["data"]), validate=True)
+    except ValueError:
+        raise ServeError(f"{what}: data is not valid base64") from None
+    want = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if len(raw) != want:
+        raise ServeError(f"{what}: {len(raw)} bytes of data, but {dtype} {shape} takes {want}")
+    return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape).astype(dtype, copy=False)
+
+
+def encode_frames(frames: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    return {k: encode_array(v) for k, v in frames.items()}
+
+
+def decode_frames(obj: Any, what: str) -> dict[str, np.ndarray]:
+    if not isinstance(obj, dict) or not obj:
+        raise ServeError(f"{what}: expected an object camera -> frame array")
+    return {str(k): decode_array(v, f"{what}.{k}") for k, v in obj.items()}

@@ -1,0 +1,179 @@
+"""`worldtune serve` on `tiny-cosmos3`: a server on 127.0.0.1 (free port, in a thread), a scripted policy through
+`Client`, three chunks; frame shapes, the autoregression, determinism under a seed, the recorded LeRobot episode,
+malformed requests answered with an error while the rollout goes on, and the gym-style wrapper."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.infer.conftest import random_frames
+from worldtune.config import load_config
+from worldtune.errors import ServeError
+from worldtune.serve import Client, WorldModelEnv
+
+H, W, K, CHUNKS = 64, 112, 4, 3  # a 2x2 grid frame of 32x56 cells; 4 actions a chunk (one latent frame)
+ROLES = ("exterior_1", "exterior_2", "wrist")
+TASK = "put the red cube in the bowl"
+GRID = {"type": "grid", "rows": 2, "cols": 2, "cells": {"exterior_1": [0, 0], "exterior_2": [0, 1], "wrist": [1, 0]},
+        "height": H, "width": W}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_cosmos3_dir, tmp_path_factory, one_thread):
+    from worldtune.serve.server import start
+
+    record = tmp_path_factory.mktemp("serve") / "episodes"
+    cfg = load_config(None, ["--model.path", str(tiny_cosmos3_dir), "--serve.port", "0", "--serve.steps", "2",
+                             "--serve.guidance", "1.0", "--serve.tier", "256", "--serve.device", "cpu",
+                             "--serve.fps", "15", "--serve.record", str(record), "--serve.chunk_size", str(K),
+                             "--serve.layout", _toml(GRID)])
+    srv = start(cfg)
+    assert srv.server_address[0] == "127.0.0.1"
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.close()
+
+
+def _toml(d: dict) -> str:
+    import json
+
+    return json.dumps(d)
+
+
+def _first_frames(seed: int = 0) -> dict[str, np.ndarray]:
+    return {r: random_frames(1, 90, 160, seed=seed + i)[0] for i, r in enumerate(ROLES)}  # cameras at their own size
+
+
+def policy(chunk: int) -> np.ndarray:
+    """A scripted policy: a slow sweep of the 10-D DROID action."""
+    t = np.arange(chunk * K, (chunk + 1) * K, dtype=np.float32)[:, None]
+    return (0.1 * np.sin(t / 3 + np.arange(10, dtype=np.float32))).astype(np.float32)
+
+
+def _through_yuv420p(frames: np.ndarray) -> np.ndarray:
+    import av
+
+    return np.stack([av.VideoFrame.from_ndarray(f, format="rgb24").reformat(format="yuv420p").to_ndarray(format="rgb24")
+                     for f in frames])
+
+
+def _rollout(client: Client, seed: int) -> tuple[dict, list[dict], str | None]:
+    obs = client.reset(_first_frames(), TASK, seed=seed)
+    chunks = [client.step(policy(c)) for c in range(CHUNKS)]
+    return obs, chunks, client.end()
+
+
+def test_a_scripted_policy_rolls_out_and_is_recorded(server):
+    from worldtune.data.lerobot import LeRobotDataset
+
+    client = Client(server.url)
+    info = client.info()
+    assert info["action_width"] == 10 and info["cameras"] == list(ROLES) and info["view_point"] == "concat_view"
+    obs, chunks, recorded = _rollout(client, seed=3)
+    assert {r: o.shape for r, o in obs.items()} == {r: (32, 56, 3) for r in ROLES}
+    for frames in chunks:
+        assert {r: f.shape for r, f in frames.items()} == {r: (K, 32, 56, 3) for r in ROLES}
+        assert all(f.dtype == np.uint8 for f in frames.values())
+
+    ds = LeRobotDataset(recorded)
+    assert len(ds) == 1 and ds.fps == 15
+    ep = ds.episodes[0]
+    assert ep.length == 1 + CHUNKS * K and ep.task == TASK
+    for r in ROLES:
+        key = info["camera_keys"][r]
+        video = ds.episode_frames(ep, key)
+        sent = np.concatenate([obs[r][None]] + [c[r] for c in chunks])
+        assert video.shape == sent.shape
+        # lossless h264 of the yuv420p frames: what comes back is the frames' own RGB -> yuv420p -> RGB
+        np.testing.assert_array_equal(video, _through_yuv420p(sent))
+    table = pq.read_table(next((ds.root / "data").rglob("*.parquet")))
+    actions = np.stack(table.column("action").to_numpy(zero_copy_only=False))
+    want = np.concatenate([policy(c) for c in range(CHUNKS)])
+    np.testing.assert_array_equal(actions, np.concatenate([want, want[-1:]]))
+    assert table.column("frame_index").to_pylist() == list(range(1 + CHUNKS * K))
+
+
+def test_the_same_seed_gives_the_same_rollout(server):
+    client = Client(server.url)
+    a, b, c = (_rollout(client, seed) for seed in (5, 5, 6))
+    for x, y in zip(a[1], b[1]):
+        assert all(np.array_equal(x[r], y[r]) for r in ROLES)
+    assert not all(np.array_equal(x["wrist"], y["wrist"]) for x, y in zip(a[1], c[1]))
+    assert a[2] != b[2]  # every rollout its own episode folder
+
+
+def test_each_chunk_starts_from_the_last_generated_frame(server):
+    """Chunk 2 is forward dynamics from chunk 1's last (grid) frame, with the seed advanced by one."""
+    from worldtune.infer.dynamics import forward_dynamics
+
+    client, world = Client(server.url), server.world
+    client.reset(_first_frames(), TASK, seed=7)
+    first = client.step(policy(0))
+    last = world.rollout.streams[0].copy()  # the whole grid frame, whose cells the client got as chunk 1's last
+    assert all(np.array_equal(world.cameras.to_cameras([last[None]])[r][0], first[r][-1]) for r in ROLES)
+    second = client.step(policy(1))
+    client.end()
+    video = forward_dynamics(world.pipe, last, policy(1), world.actions.domain, TASK, seed=8, steps=2, guidance=1.0,
+                             tier=256, view_point="concat_view", fps=15.0)
+    assert np.array_equal(world.cameras.to_cameras([video[1:]])["wrist"], second["wrist"])
+
+
+@pytest.mark.parametrize("actions, words", [
+    (np.zeros((K, 7), np.float32), "takes \\[K, 10\\]"),
+    (np.full((K, 10), np.nan, np.float32), "is nan"),
+    (np.zeros((K, 10, 1), np.float32), "shape \\[4, 10, 1\\]"),
+    (np.zeros((8, 10), np.float32), "chunks of serve.chunk_size = 4"),
+    ([["x"] * 10] * K, "nested list of numbers"),
+])
+def test_a_malformed_action_is_refused_and_the_rollout_goes_on(server, actions, words):
+    client = Client(server.url)
+    client.reset(_first_frames(), TASK, seed=1)
+    with pytest.raises(ServeError, match=words) as e:
+        client.step(actions)
+    assert "\n" not in str(e.value)
+    frames = client.step(policy(0))  # the next valid step still works, as the first chunk of the rollout
+    assert frames["wrist"].shape == (K, 32, 56, 3) and server.world.rollout.chunks == 1
+    client.end()
+
+
+def test_bad_requests_get_one_line_errors(server):
+    import json
+    import urllib.request
+
+    client = Client(server.url)
+    client.end()
+    with pytest.raises(ServeError, match="step before reset"):
+        client.step(policy(0))
+    with pytest.raises(ServeError, match="unknown camera \\['left'\\]"):
+        client.reset({"left": _first_frames()["wrist"]}, TASK)
+    with pytest.raises(ServeError, match="no frame for camera \\['wrist'\\]"):
+        client.reset({r: f for r, f in _first_frames().items() if r != "wrist"}, TASK)
+    req = urllib.request.Request(server.url + "/step", data=b"{not json", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 400 and json.loads(e.value.read())["error"] == "the request body is not JSON"
+    assert Client(server.url).info()["episode_active"] is False  # still serving
+
+
+def test_gym_style_wrapper(server):
+    env = WorldModelEnv(server.url, _first_frames(), TASK, max_chunks=2, seed=3)
+    obs, info = env.reset()
+    assert set(obs) == set(ROLES) and info["chunk"] == 0
+    obs, reward, terminated, truncated, info = env.step(policy(0))
+    assert obs["wrist"].shape == (32, 56, 3) and info["frames"]["wrist"].shape == (K, 32, 56, 3)
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    *_, truncated, info = env.step(policy(1))
+    assert truncated and info["chunk"] == 2
+    env.close()
+    assert len(env.recorded) == 1
+
+
+def test_no_server_is_a_one_line_error():
+    with pytest.raises(ServeError, match="no world-model server answers"):
+        Client("http://127.0.0.1:9", timeout=5).info()
