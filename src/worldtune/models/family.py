@@ -161,7 +161,8 @@ class ModelFamily:
 
     def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
                  negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
-        """One video [T,H,W,3] float in [0,1] from the sampling settings `s` (infer.generate.Settings).
+        """One video [T,H,W,3] from the sampling settings `s` (infer.generate.Settings): float in [0,1], or uint8
+        frames where the family decodes straight to them on the device (`to_uint8` passes those through).
 
         `prompt` is the text, for families whose pipeline tokenizes it; the embeddings are None for them
         (`prompt_embeddings` False). `noise` is `initial_noise(seed, latent_shape)`: a family that lets the
