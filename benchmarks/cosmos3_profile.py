@@ -131,11 +131,18 @@ class CallEvents:
 
     def __init__(self, transformer, device):
         self.device, self.marks = device, []
-        layers = transformer.layers
+        self.transformer = transformer
+        stack = transformer._run_decoder_stack  # not compiled (the layers inside it are): events are safe here
+
+        def timed_stack(*a, **k):
+            self._mark("layers")
+            out = stack(*a, **k)
+            self._mark("tail")
+            return out
+
+        transformer._run_decoder_stack = timed_stack
         self.handles = [
             transformer.register_forward_pre_hook(lambda *_: self._mark("start")),
-            layers[0].register_forward_pre_hook(lambda *_: self._mark("layers")),
-            layers[-1].register_forward_hook(lambda *_: self._mark("tail")),
             transformer.register_forward_hook(lambda *_: self._mark("end")),
         ]
 
@@ -166,6 +173,7 @@ class CallEvents:
                "gap_between_calls_ms": [round(g, 2) for g in gaps]}
         for h in self.handles:
             h.remove()
+        del self.transformer._run_decoder_stack
         return out
 
 

@@ -370,8 +370,38 @@ class Cosmos3(ModelFamily):
             "latent_shape": (int(self.spec.transformer["latent_channel"]), t, h, w), "tokens": t * per_frame,
             "text_tokens": DEFAULT_TEXT_TOKENS, "forward_flops": fwd.total, "attention_share": fwd.attention_share,
             "train_step_flops": 3 * fwd.total, "flop_parts": dict(fwd.parts), "mode": mode,
-            "activation_bytes_no_ckpt": None, "activation_bytes_full_ckpt": None,
+            **self._activation_numbers(frames, height, width, batch, lora_rank, mode),
         }
+
+    def _activation_numbers(self, frames: int, height: int, width: int, batch: int, lora_rank: int,
+                            mode: str) -> dict[str, Any]:
+        """`model info`'s activation rows: eager counts (what autograd keeps), LoRA only."""
+        if mode != "lora":
+            return {"activation_bytes_no_ckpt": None, "activation_bytes_full_ckpt": None}
+        from worldtune.models.cosmos3_memory import estimate_activations
+
+        layers = int(self.spec.transformer["num_hidden_layers"])
+        return {f"activation_bytes_{k}": estimate_activations(
+            self.spec.transformer, frames, height, width, batch, lora_rank, n, DEFAULT_TEXT_TOKENS,
+            compiled=False).total for k, n in (("no_ckpt", 0), ("full_ckpt", layers))}
+
+    def memory_model(self, frames: int, height: int, width: int, batch: int, mode: str, lora_rank: int,
+                     checkpointed_blocks: int, selective: bool, compiled: bool, text_tokens: int | None = None):
+        """The planner's inputs for a LoRA step (models/cosmos3_memory.py); other modes are not modelled."""
+        if mode != "lora":
+            from worldtune.errors import ModelError
+
+            raise ModelError(f"{self.spec.name}: the memory planner models Cosmos 3 LoRA training only, not "
+                             f"{mode}; use --mode lora")
+        from worldtune.models.cosmos3_memory import estimate_activations
+        from worldtune.models.params import count_params
+
+        model = self.build_transformer("meta")
+        pc = count_params(model, self.lora_targets, lora_rank)
+        block = sum(p.numel() for p in model.layers[0].parameters())
+        act = estimate_activations(self.spec.transformer, frames, height, width, batch, lora_rank,
+                                   checkpointed_blocks, text_tokens or DEFAULT_TEXT_TOKENS, selective, compiled)
+        return pc, block, len(model.layers), act
 
     # ------------------------------------------------------------------ generation
     def default_negative_prompt(self, pipe) -> str | None:

@@ -139,6 +139,12 @@ class ModelFamily:
         """`model info`'s numbers where the family counts them itself; None: the DiT formulas of models/info.py."""
         return None
 
+    def memory_model(self, frames: int, height: int, width: int, batch: int, mode: str, lora_rank: int,
+                     checkpointed_blocks: int, selective: bool, compiled: bool, text_tokens: int | None = None):
+        """(ParamCount, parameters of one repeated block, number of blocks, ActivationEstimate) for the memory
+        planner where the family models its own layers; None: the DiT formulas of models/memory.py."""
+        return None
+
     def per_block_bytes(self, latent_t: int, latent_h: int, latent_w: int, batch: int, mode: str,
                         fused_adaln: bool, rank: int) -> float | None:
         """Activation bytes one block keeps for backward (for automatic checkpointing); None where not modelled."""
