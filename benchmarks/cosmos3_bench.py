@@ -18,8 +18,7 @@ as `from_pretrained(torch_dtype=bfloat16)` keeps it) and measures:
   pipeline_math   pinned to the math kernel (the CPU smoke test's noise floor)
   fast_float      compiled repeated blocks with the pipeline's own float32 decode and postprocess (what
                   `worldtune generate` ran on CUDA before the uint8 decode)
-  fast            `worldtune` + compiled repeated blocks + the one-row timestep MLP: what `worldtune
-                  generate` runs on CUDA by default
+  fast            `worldtune` + compiled repeated blocks: what `worldtune generate` runs on CUDA by default
   fast_cudnn      `fast` with generate.attention_backend = "cudnn"
   fast_flash      `fast` with generate.attention_backend = "flash"
   fast_vae_cl     `fast` with the VAE's weights in channels-last 3D (cuDNN's other conv kernels)

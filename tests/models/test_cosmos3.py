@@ -235,21 +235,3 @@ def test_recipe_objective_follows_nvidia_by_resolution():
     assert dataclasses.replace(loss, shift=5.0).shift_sigma(torch.tensor(0.5)) == pytest.approx(5 / 6)
     assert math.isclose(sum(p for _, p in recipe_objective(480, 832)["cond_frames_probs"]), 1.0)
 
-
-def test_shared_timestep_embedding_runs_the_mlp_on_one_row_with_the_same_result():
-    """The fast path's timestep MLP: one row instead of one per token, the same embedding for every token."""
-    from worldtune.models.cosmos3 import shared_timestep_embedding
-
-    spec = get_spec("tiny-cosmos3")
-    model = family_of(spec).build_transformer()
-    rows = []
-    model.time_embedder.linear_1.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
-    sample = model.time_proj(torch.full((37,), 412.0)).float()
-    plain = model.time_embedder(sample)
-    with shared_timestep_embedding(model):
-        shared = model.time_embedder(sample)
-    after = model.time_embedder(sample)
-    assert rows == [37, 1, 37]  # restored after the block
-    assert shared.shape == plain.shape
-    torch.testing.assert_close(shared, plain, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(after, plain, rtol=0, atol=0)

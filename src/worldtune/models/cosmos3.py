@@ -184,32 +184,6 @@ def encode_leading_frames(pipe, pixel_frames: int):
         del pipe._encode_video
 
 
-@contextmanager
-def shared_timestep_embedding(transformer: torch.nn.Module, enabled: bool = True):
-    """Within the block, the transformer's timestep MLP runs on one row and broadcasts it to every token.
-
-    The pipeline's sampling loop gives every noisy token of a call the same timestep (`torch.full`), and
-    the model embeds it per token: at 93x480x832 an fp32 MLP (256 -> D -> D) over ~9,000 identical rows,
-    ~85 GFLOP per call outside the compiled layers. One row is the same function; only the matmul's
-    row count changes, so the result may differ in the last fp32 bit, which is why `generate` uses it on
-    the fast path only. Not for training, where the timestep differs per frame."""
-    emb = transformer.time_embedder
-    if not enabled:
-        yield
-        return
-
-    def one_row(sample: torch.Tensor, condition: torch.Tensor | None = None) -> torch.Tensor:
-        if condition is not None:  # rows may differ
-            return type(emb).forward(emb, sample, condition)
-        return type(emb).forward(emb, sample[:1]).expand(sample.shape[0], -1)
-
-    emb.forward = one_row
-    try:
-        yield
-    finally:
-        del emb.forward
-
-
 class Cosmos3(ModelFamily):
     name = "cosmos3"
     label = "Cosmos 3"
@@ -412,9 +386,8 @@ class Cosmos3(ModelFamily):
         """`Cosmos3OmniPipeline.__call__` itself, one video per call, as uint8 frames [T, H, W, 3].
 
         The pipeline samples the latents (VAE-encoding only the conditioning frames); `decode_to_frames`
-        decodes them to uint8 on the device, equal to the pipeline's float video through `to_uint8`. With
-        `s.compile` (the fast path on CUDA) the timestep MLP also runs once per call instead of once per
-        token (`shared_timestep_embedding`). The pipeline draws its noise from `generator`: a CPU generator
+        decodes them to uint8 on the device, equal to the pipeline's float video through `to_uint8`. The
+        pipeline draws its noise from `generator`: a CPU generator
         seeded with `seed` draws exactly `noise` (torch.randn on the CPU in float32, then moved). Passing
         `latents=noise` instead would skip the pipeline's mixing of the clean conditioning frames into the
         initial latents. The prompt's metadata sentences follow `template_flags`, as in the cache, so a
@@ -433,7 +406,7 @@ class Cosmos3(ModelFamily):
         elif frames is not None:
             kw["video"] = [Image.fromarray(f) for f in frames]
             kw["condition_frame_indexes_vision"] = tuple(range(s.cond_latent_frames))
-        with encode_leading_frames(pipe, leading), shared_timestep_embedding(pipe.transformer, bool(s.compile)):
+        with encode_leading_frames(pipe, leading):
             latents = pipe(prompt, **kw).video
         return decode_to_frames(pipe, latents)
 
