@@ -7,24 +7,29 @@ as `from_pretrained(torch_dtype=bfloat16)` keeps it) and measures:
 (a) generation, image2world, one video per variant, same seed and inputs; variants run in this order
     because the speed switches cannot be undone:
 
-  pipeline        `Cosmos3OmniPipeline.__call__` as a user calls it (eager, PyTorch's SDPA choice)
+  pipeline        `Cosmos3OmniPipeline.__call__` as a user calls it (eager, PyTorch's SDPA choice), float32
+                  frames on the host (its uint8 conversion is timed apart, not counted)
   worldtune       `Cosmos3.generate` (what `worldtune generate` runs), no speed switch: the same call,
-                  VAE-encoding only the conditioning frame
+                  VAE-encoding only the conditioning frame and decoding straight to uint8 frames on the device
+                  (models/frames.py), equal to the pipeline's frames through `to_uint8`
   pipeline_flash  `pipeline` with SDPA pinned to flash inside the transformer blocks, and
   pipeline_cudnn  pinned to cuDNN: other correct bf16 attention kernels, so their differences from
                   `pipeline` are the bf16 noise floor against which the fast variants are read
   pipeline_math   pinned to the math kernel (the CPU smoke test's noise floor)
+  fast_float      compiled repeated blocks with the pipeline's own float32 decode and postprocess (what
+                  `worldtune generate` ran on CUDA before the uint8 decode)
   fast            `worldtune` + compiled repeated blocks: what `worldtune generate` runs on CUDA by default
   fast_cudnn      `fast` with generate.attention_backend = "cudnn"
   fast_flash      `fast` with generate.attention_backend = "flash"
+  fast_vae_cl     `fast` with the VAE's weights in channels-last 3D (cuDNN's other conv kernels)
   fast_vae        `fast` with the VAE decoder compiled too (its warm-up decodes, so compiling is not timed)
 
   Each variant is warmed up with 1 step (compilation, kernel loading; the first variant as a whole video,
   the others without decoding), then timed. A `fast_<kernel>` variant is skipped when `pipeline_<kernel>`
   equals `pipeline` bit for bit (that kernel is PyTorch's own choice, so `fast` already measured it).
   Reported: seconds per video, speed-up over `pipeline`, transformer calls and their time, VAE encode
-  and decode time, peak GPU memory, max / mean abs difference of the frames (float, [0, 1]) from
-  `pipeline` and PSNR. The two guidance branches stay two transformer calls: their token sequences
+  and decode time (for worldtune's path: decode to uint8 frames on the host), peak GPU memory, max / mean
+  abs difference of the uint8 frames (in [0, 1] units) from `pipeline`'s frames through `to_uint8`, and PSNR. The two guidance branches stay two transformer calls: their token sequences
   differ in length (prompt vs negative prompt), and the transformer takes one unpadded sequence per call.
 
 (b) a LoRA training step through worldtune's path: `Cosmos3.predict` + `FlowMatchingLoss` with NVIDIA's
@@ -62,11 +67,12 @@ import torch
 GEN_VARIANTS = {
     "pipeline": (False, False, None), "worldtune": (True, False, None), "pipeline_flash": (False, False, "flash"),
     "pipeline_cudnn": (False, False, "cudnn"), "pipeline_math": (False, False, "math"),
-    "fast": (True, True, None), "fast_cudnn": (True, True, "cudnn"), "fast_flash": (True, True, "flash"),
-    "fast_vae": (True, True, None),
+    "fast_float": (False, True, None), "fast": (True, True, None), "fast_cudnn": (True, True, "cudnn"),
+    "fast_flash": (True, True, "flash"), "fast_vae_cl": (True, True, None), "fast_vae": (True, True, None),
 }
 VAE_COMPILED = {"fast_vae"}  # `fast` plus a compiled VAE decoder (the VAE decode is a third of `fast`'s time)
-GPU_GEN = "pipeline,worldtune,pipeline_flash,pipeline_cudnn,fast,fast_cudnn,fast_flash"
+VAE_CHANNELS_LAST = {"fast_vae_cl"}  # `fast` with the VAE in channels-last 3D (cannot be undone: run it last)
+GPU_GEN = "pipeline,worldtune,pipeline_flash,pipeline_cudnn,fast_float,fast,fast_cudnn,fast_flash,fast_vae_cl"
 CPU_GEN = "pipeline,worldtune,pipeline_math"
 # variant -> (compiled blocks, SDPA kernel pinned)
 TRAIN_VARIANTS = {"eager": (False, None), "compiled": (True, None), "compiled_cudnn": (True, "cudnn"),
@@ -173,19 +179,55 @@ def keep_fp32_modules(model: torch.nn.Module) -> torch.nn.Module:
 
 # ------------------------------------------------------------------------------------------ generation
 def generate_once(name: str, pipe, family, args, image: np.ndarray, steps: int, latent: bool = False) -> np.ndarray:
-    """One image2world video [T, H, W, 3] float in [0, 1]: the plain call, or worldtune's (`latent`: the plain
-    call without decoding, a warm-up of the transformer only)."""
+    """One image2world video [T, H, W, 3]: the plain call (float in [0, 1]), worldtune's (uint8), or, for
+    `fast_float`, the plain call VAE-encoding only the conditioning frame (float); `latent`: the plain call
+    without decoding, a warm-up of the transformer only."""
     from PIL import Image
 
-    ours = GEN_VARIANTS[name][0] and not latent
-    if ours:
+    from worldtune.models.cosmos3 import encode_leading_frames, template_flags
+
+    ours, compiled, _ = GEN_VARIANTS[name]
+    if ours and not latent:
         s = SimpleNamespace(mode="image2world", height=args.height, width=args.width, num_frames=args.frames,
                             fps=float(family.spec.fps), steps=steps, guidance=args.guidance, negative_prompt=None,
-                            cond_latent_frames=1)
+                            cond_latent_frames=1, compile=compiled)
         return family.generate(pipe, s, image[None], PROMPT, None, None, None, args.seed)
-    return pipe(PROMPT, image=Image.fromarray(image), num_frames=args.frames, height=args.height, width=args.width,
-                fps=float(family.spec.fps), num_inference_steps=steps, guidance_scale=args.guidance,
-                generator=torch.Generator("cpu").manual_seed(args.seed), output_type="latent" if latent else "np").video
+    kw = dict(image=Image.fromarray(image), num_frames=args.frames, height=args.height, width=args.width,
+              fps=float(family.spec.fps), num_inference_steps=steps, guidance_scale=args.guidance,
+              generator=torch.Generator("cpu").manual_seed(args.seed), output_type="latent" if latent else "np")
+    if name == "fast_float":
+        with encode_leading_frames(pipe, 1):
+            return pipe(PROMPT, **kw, **template_flags(PROMPT)).video
+    return pipe(PROMPT, **kw).video
+
+
+@contextmanager
+def timed_function(module, name: str, sink: list[float], device: torch.device):
+    """Time calls of the module-level function `module.<name>` made inside the block."""
+    orig = getattr(module, name)
+
+    def wrapped(*a, **k):
+        sync(device)
+        t0 = time.perf_counter()
+        out = orig(*a, **k)
+        sync(device)
+        sink.append(time.perf_counter() - t0)
+        return out
+
+    setattr(module, name, wrapped)
+    try:
+        yield
+    finally:
+        setattr(module, name, orig)
+
+
+def as_uint8(video: np.ndarray) -> tuple[np.ndarray, float]:
+    """The frames as uint8 (what is written to a video file) and the seconds the host conversion took."""
+    from worldtune.models.latents import to_uint8
+
+    t0 = time.perf_counter()
+    out = to_uint8(video)
+    return out, (time.perf_counter() - t0 if video.dtype != np.uint8 else 0.0)
 
 
 def switch_on(pipe, family, name: str, state: dict, device: torch.device) -> str | None:
@@ -202,6 +244,11 @@ def switch_on(pipe, family, name: str, state: dict, device: torch.device) -> str
     if attention is not None or state.get("pinned"):
         set_attention(pipe.transformer, attention)  # None: back to PyTorch's choice
         state["pinned"] = True
+    if name in VAE_CHANNELS_LAST and not state.get("vae_channels_last"):
+        from worldtune.models.vae_modes import apply_vae_mode
+
+        apply_vae_mode(pipe.vae, "channels_last")
+        state["vae_channels_last"] = True
     if name in VAE_COMPILED and not state.get("vae_compiled"):
         if device.type != "cuda":
             return "the compiled VAE decoder is benchmarked on CUDA only"
@@ -221,6 +268,8 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float | None:
 
 
 def bench_generation(args, spec, family, device: torch.device, dtype: torch.dtype) -> tuple[list[dict], dict]:
+    import worldtune.models.frames as frames_module
+
     torch.manual_seed(args.seed)
     pipe = family.build_pipeline(str(device), dtype)
     keep_fp32_modules(pipe.transformer)
@@ -243,17 +292,19 @@ def bench_generation(args, spec, family, device: torch.device, dtype: torch.dtyp
         try:
             t0 = time.perf_counter()
             # warm-up (compilation, kernel loading): a whole 1-step video first, then the transformer alone
-            generate_once(name, pipe, family, args, image, 1, latent=ref is not None and name not in VAE_COMPILED)
+            generate_once(name, pipe, family, args, image, 1, latent=ref is not None and name not in VAE_COMPILED | VAE_CHANNELS_LAST)
             warm = time.perf_counter() - t0
             timer.times.clear()
             enc, dec = [], []
             reset_peak(device)
             sync(device)
             t0 = time.perf_counter()
-            with timed(pipe.vae, "encode", enc, device), timed(pipe.vae, "decode", dec, device):
+            with timed(pipe.vae, "encode", enc, device), timed(pipe.vae, "decode", dec, device), \
+                    timed_function(frames_module, "decode_to_frames", dec, device):
                 video = generate_once(name, pipe, family, args, image, args.steps)
             sync(device)
             seconds = time.perf_counter() - t0
+            video, host_uint8_s = as_uint8(video)
         except Exception as e:  # noqa: BLE001 -- a kernel this PyTorch lacks for these shapes: record it, run the rest
             print(f"{name} failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             rows.append({"variant": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
@@ -267,11 +318,13 @@ def bench_generation(args, spec, family, device: torch.device, dtype: torch.dtyp
             "speedup_vs_first": round(first["seconds_per_video"] / seconds, 3) if first else 1.0,
             "transformer_calls": len(timer.times), "transformer_ms_per_call": round(1e3 * float(np.mean(timer.times)), 2),
             "transformer_s": round(sum(timer.times), 3), "vae_encode_s": round(sum(enc), 3),
-            "vae_decode_s": round(sum(dec), 3), "peak_mem_gib": peak_gib(device),
-            "max_abs_diff_vs_first": float(np.abs(video - ref).max()),
-            "mean_abs_diff_vs_first": float(np.abs(video - ref).mean()), "psnr_vs_first_db": psnr(video, ref),
-            "nonfinite": int((~np.isfinite(video)).sum()),
+            "vae_decode_s": round(sum(dec), 3), "host_uint8_s_untimed": round(host_uint8_s, 3),
+            "peak_mem_gib": peak_gib(device),
+            "max_abs_diff_vs_first": float(np.abs(video.astype(np.int16) - ref).max()) / 255,
+            "mean_abs_diff_vs_first": float(np.abs(video.astype(np.int16) - ref).mean()) / 255,
+            "psnr_vs_first_db": psnr(video / 255.0, ref / 255.0), "output": "uint8 frames",
         })
+        print({k: v for k, v in rows[-1].items()}, flush=True)
     timer.remove()
     tokens = family.encode_prompts(pipe, [PROMPT], "tokens", num_frames=args.train_frames, height=args.height,
                                    width=args.width, fps=float(spec.fps))
@@ -362,6 +415,7 @@ def bench_training(args, spec, family, device: torch.device, dtype: torch.dtype,
             f"mfu_{env_peak:g}": round(trainer_flops / s / (env_peak * 1e12), 4),
             "peak_mem_gib": peak_gib(device), "losses": [round(x, 4) for x in losses],
         })
+        print(rows[-1], flush=True)
     return rows
 
 

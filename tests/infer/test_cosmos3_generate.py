@@ -126,11 +126,11 @@ def test_generation_equals_the_plain_pipeline_call(pipe, plain, mode, monkeypatc
           "video2world": {"video": [Image.fromarray(f) for f in clip], "condition_frame_indexes_vision": [0]}}[mode]
     direct = plain(prompt, num_frames=F, height=H, width=W, fps=FPS, num_inference_steps=STEPS,
                    guidance_scale=GUIDANCE, generator=torch.Generator().manual_seed(5), output_type="np", **kw).video
-    assert ours.shape == (F, H, W, 3)
-    np.testing.assert_allclose(ours, direct, rtol=0, atol=1e-5)
+    assert ours.shape == (F, H, W, 3) and ours.dtype == np.uint8  # decoded to uint8 on the device
+    np.testing.assert_array_equal(ours, to_uint8(direct))
     if mode == "image2world":
         other = generate_video(pipe, family, _settings(mode), frames, prompt, None, None, seed=6)
-        assert np.abs(other - ours).mean() > 1e-3  # the seed matters
+        assert np.abs(other.astype(np.int16) - ours).mean() > 0.25  # the seed matters
 
 
 # ------------------------------------------------------------------------------------------- end to end

@@ -294,7 +294,7 @@ def _plan(out: Path, g: GenerateConfig, variants: list[Variant], items: list[Gen
 @torch.no_grad()
 def generate_video(pipe, family, s: Settings, frames: np.ndarray | None, prompt: str,
                    prompt_embeds: torch.Tensor | None, negative_embeds: torch.Tensor | None, seed: int) -> np.ndarray:
-    """One video [T,H,W,3] float in [0,1] for conditioning frames, a prompt (text and embeddings) and a seed."""
+    """One video [T,H,W,3] (float in [0,1], or uint8) for conditioning frames, a prompt (text and embeddings) and a seed."""
     noise = initial_noise(seed, family.latent_shape(pipe, s.num_frames, s.height, s.width))
     return family.generate(pipe, s, frames, prompt, prompt_embeds, negative_embeds, noise, seed)
 

@@ -344,7 +344,7 @@ class Cosmos3(ModelFamily):
             "latent_shape": (int(self.spec.transformer["latent_channel"]), t, h, w), "tokens": t * per_frame,
             "text_tokens": DEFAULT_TEXT_TOKENS, "forward_flops": fwd.total, "attention_share": fwd.attention_share,
             "train_step_flops": 3 * fwd.total, "flop_parts": dict(fwd.parts), "mode": mode,
-            "activation_bytes_no_ckpt": None, "activation_bytes_full_ckpt": None,
+            **self._activation_numbers(frames, height, width, batch, lora_rank, mode),
         }
 
     def dynamics(self):
@@ -353,32 +353,68 @@ class Cosmos3(ModelFamily):
 
         return ForwardDynamics(self)
 
+    def _activation_numbers(self, frames: int, height: int, width: int, batch: int, lora_rank: int,
+                            mode: str) -> dict[str, Any]:
+        """`model info`'s activation rows: eager counts (what autograd keeps), LoRA only."""
+        if mode != "lora":
+            return {"activation_bytes_no_ckpt": None, "activation_bytes_full_ckpt": None}
+        from worldtune.models.cosmos3_memory import estimate_activations
+
+        layers = int(self.spec.transformer["num_hidden_layers"])
+        return {f"activation_bytes_{k}": estimate_activations(
+            self.spec.transformer, frames, height, width, batch, lora_rank, n, DEFAULT_TEXT_TOKENS,
+            compiled=False).total for k, n in (("no_ckpt", 0), ("full_ckpt", layers))}
+
+    def memory_model(self, frames: int, height: int, width: int, batch: int, mode: str, lora_rank: int,
+                     checkpointed_blocks: int, selective: bool, compiled: bool, text_tokens: int | None = None):
+        """The planner's inputs for a LoRA step (models/cosmos3_memory.py); other modes are not modelled."""
+        if mode != "lora":
+            from worldtune.errors import ModelError
+
+            raise ModelError(f"{self.spec.name}: the memory planner models Cosmos 3 LoRA training only, not "
+                             f"{mode}; use --mode lora")
+        from worldtune.models.cosmos3_memory import estimate_activations
+        from worldtune.models.params import count_params
+
+        model = self.build_transformer("meta")
+        pc = count_params(model, self.lora_targets, lora_rank)
+        block = sum(p.numel() for p in model.layers[0].parameters())
+        act = estimate_activations(self.spec.transformer, frames, height, width, batch, lora_rank,
+                                   checkpointed_blocks, text_tokens or DEFAULT_TEXT_TOKENS, selective, compiled)
+        return pc, block, len(model.layers), act
+
     # ------------------------------------------------------------------ generation
     def default_negative_prompt(self, pipe) -> str | None:
         return None  # the pipeline's: an empty caption with the inverse duration and resolution sentences
 
     def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
                  negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
-        """`Cosmos3OmniPipeline.__call__` itself, one video per call, VAE-encoding only the conditioning frames.
+        """`Cosmos3OmniPipeline.__call__` itself, one video per call, as uint8 frames [T, H, W, 3].
 
-        The pipeline draws its noise from `generator`: a CPU generator seeded with `seed` draws exactly
-        `noise` (torch.randn on the CPU in float32, then moved). Passing `latents=noise` instead would skip
-        the pipeline's mixing of the clean conditioning frames into the initial latents. The prompt's
-        metadata sentences follow `template_flags`, as in the cache, so a structured caption gets none."""
+        The pipeline samples the latents (VAE-encoding only the conditioning frames); `decode_to_frames`
+        decodes them to uint8 on the device, equal to the pipeline's float video through `to_uint8`. The
+        pipeline draws its noise from `generator`: a CPU generator
+        seeded with `seed` draws exactly `noise` (torch.randn on the CPU in float32, then moved). Passing
+        `latents=noise` instead would skip the pipeline's mixing of the clean conditioning frames into the
+        initial latents. The prompt's metadata sentences follow `template_flags`, as in the cache, so a
+        structured caption gets none. The pipeline's video guardrail is not run (worldtune loads none)."""
         from PIL import Image
+
+        from worldtune.models.frames import decode_to_frames
 
         leading = 0 if frames is None else 1 if s.mode == "image2world" else 4 * (s.cond_latent_frames - 1) + 1
         kw: dict[str, Any] = dict(
             negative_prompt=s.negative_prompt, num_frames=s.num_frames, height=s.height, width=s.width, fps=s.fps,
             num_inference_steps=s.steps, guidance_scale=s.guidance, generator=torch.Generator("cpu").manual_seed(seed),
-            output_type="np", **template_flags(prompt))
+            output_type="latent", **template_flags(prompt))
         if frames is not None and s.mode == "image2world":
             kw["image"] = Image.fromarray(frames[0])
         elif frames is not None:
             kw["video"] = [Image.fromarray(f) for f in frames]
             kw["condition_frame_indexes_vision"] = tuple(range(s.cond_latent_frames))
         with encode_leading_frames(pipe, leading):
-            return pipe(prompt, **kw).video
+            latents = pipe(prompt, **kw).video
+        return decode_to_frames(pipe, latents)
 
     # ------------------------------------------------------------------ adapters
     def save_adapter(self, out: Path, state_dict: dict[str, torch.Tensor], metadata: dict[str, Any]) -> Path:

@@ -139,6 +139,12 @@ class ModelFamily:
         """`model info`'s numbers where the family counts them itself; None: the DiT formulas of models/info.py."""
         return None
 
+    def memory_model(self, frames: int, height: int, width: int, batch: int, mode: str, lora_rank: int,
+                     checkpointed_blocks: int, selective: bool, compiled: bool, text_tokens: int | None = None):
+        """(ParamCount, parameters of one repeated block, number of blocks, ActivationEstimate) for the memory
+        planner where the family models its own layers; None: the DiT formulas of models/memory.py."""
+        return None
+
     def per_block_bytes(self, latent_t: int, latent_h: int, latent_w: int, batch: int, mode: str,
                         fused_adaln: bool, rank: int) -> float | None:
         """Activation bytes one block keeps for backward (for automatic checkpointing); None where not modelled."""
@@ -170,7 +176,8 @@ class ModelFamily:
 
     def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
                  negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
-        """One video [T,H,W,3] float in [0,1] from the sampling settings `s` (infer.generate.Settings).
+        """One video [T,H,W,3] from the sampling settings `s` (infer.generate.Settings): float in [0,1], or uint8
+        frames where the family decodes straight to them on the device (`to_uint8` passes those through).
 
         `prompt` is the text, for families whose pipeline tokenizes it; the embeddings are None for them
         (`prompt_embeddings` False). `noise` is `initial_noise(seed, latent_shape)`: a family that lets the

@@ -56,5 +56,8 @@ def initial_noise(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 def to_uint8(video: np.ndarray) -> np.ndarray:
-    """A float video in [0, 1] (what pipelines return) as uint8 frames."""
+    """A float video in [0, 1] (what pipelines return) as uint8 frames; uint8 frames (what a family that decodes
+    on the device returns) pass through."""
+    if video.dtype == np.uint8:
+        return video
     return (np.clip(video, 0.0, 1.0) * 255.0).round().astype(np.uint8)

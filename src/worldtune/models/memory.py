@@ -266,7 +266,7 @@ def memory_lines(total_params: int, trainable_params: int, block_params: int, ac
                               f"{share:.2f} x {_gib(act.per_block_full):.2f} GiB"))
     lines.append(PlanLine("outside blocks (RoPE, final layer, text)", _gib(act.outside_blocks), ""))
     lines.append(PlanLine("backward workspace (calibrated)", _gib(act.workspace),
-                          f"tokens x hidden x {BACKWARD_WORKSPACE_BYTES:.0f} B"))
+                          "tokens x hidden x a fitted bytes-per-unit"))
     return lines, cpu
 
 
@@ -299,11 +299,18 @@ def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int
         raise ConfigError(f"mode must be lora, dora or full, got {mode!r}")
     if gpus < 1 or gpu_mem_gb <= 0 or batch < 1:
         raise ConfigError("gpus, batch and gpu memory must be positive")
+    from worldtune.models.family import family_of
+
     cfg = spec.transformer
-    pc = param_count or count_transformer_params(cfg, spec.lora_targets, lora_rank)
+    family = family_of(spec) if hasattr(spec, "family") else None
+    own = family.memory_model(frames, height, width, batch, mode, lora_rank, 0, False, compiled) if family else None
+    if own is not None:  # the family models its own layers (Cosmos 3)
+        pc, block, layers, _ = own
+    else:
+        pc = param_count or count_transformer_params(cfg, spec.lora_targets, lora_rank)
+        block = largest_block_params(cfg)
+        layers = int(cfg["num_layers"])
     trainable = pc.total if mode == "full" else pc.adapter(dora=mode == "dora")
-    block = largest_block_params(cfg)
-    layers = int(cfg["num_layers"])
     text_tokens = getattr(spec, "max_sequence_length", DEFAULT_TEXT_TOKENS)
     budget = usable_gib(gpu_mem_gb)
     shardings: tuple[Sharding, ...] = ("none", "grad_op", "full") if gpus > 1 else ("none",)
@@ -315,8 +322,10 @@ def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int
 
     candidates = []
     for offload, ckpt, sharding in itertools.product((False, True), ckpt_counts, shardings):
-        act = estimate_activations(cfg, frames, height, width, batch, mode, lora_rank, ckpt, text_tokens,
-                                   per_token_timestep, selective, compiled)
+        act = (family.memory_model(frames, height, width, batch, mode, lora_rank, ckpt, selective, compiled)[3]
+               if own is not None else
+               estimate_activations(cfg, frames, height, width, batch, mode, lora_rank, ckpt, text_tokens,
+                                    per_token_timestep, selective, compiled))
         lines, cpu = memory_lines(pc.total, trainable, block, act, mode, gpus, sharding, offload)
         cost = _SHARD_COST[sharding] + _FULL_RECOMPUTE_COST * ckpt / layers + (_OFFLOAD_COST if offload else 0)
         candidates.append((cost, sum(x.gib for x in lines), sharding, ckpt, offload, lines, cpu))
