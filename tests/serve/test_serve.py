@@ -177,3 +177,13 @@ def test_gym_style_wrapper(server):
 def test_no_server_is_a_one_line_error():
     with pytest.raises(ServeError, match="no world-model server answers"):
         Client("http://127.0.0.1:9", timeout=5).info()
+
+
+def test_a_model_without_action_heads_is_refused_in_one_line(tiny_model_dir):
+    from worldtune.errors import ConfigError
+    from worldtune.serve.world import load_world
+
+    cfg = load_config(None, ["--model.path", str(tiny_model_dir), "--serve.device", "cpu"])
+    with pytest.raises(ConfigError, match="has no Cosmos 3 action heads") as e:
+        load_world(cfg)
+    assert "\n" not in str(e.value)

@@ -244,7 +244,7 @@ def _load_pipeline(cfg: WorldtuneConfig):
     dtype = cfg.model.dtype if device.type == "cuda" else "fp32"
     pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype=dtype, device="cpu", seed=cfg.model.seed,
                                vae_dtype=dtype, revision=cfg.model.revision, random_weights=cfg.model.random_weights)
-    if spec.family != "cosmos3" or not getattr(pipe.transformer.config, "action_gen", False):
+    if not getattr(pipe.transformer.config, "action_gen", False):  # only Cosmos 3 transformers have action heads
         raise ConfigError(f"model {spec.name} has no Cosmos 3 action heads: `worldtune serve` needs a Cosmos 3 model "
                           "with action_gen (cosmos3-edge, cosmos3-nano, tiny-cosmos3)")
     pipe.to(device)
