@@ -48,6 +48,15 @@ def fd_data(tmp_path_factory, tiny_cosmos3_dir) -> Path:
     return base / "ds"
 
 
+@pytest.fixture
+def domain_tables(monkeypatch):
+    """diffusers' domain tables as they are now, restored after the test (registering a domain edits them)."""
+    from diffusers.pipelines.cosmos import pipeline_cosmos3_omni as p
+
+    for table in ("_EMBODIMENT_TO_DOMAIN_ID", "_EMBODIMENT_TO_RAW_ACTION_DIM"):
+        monkeypatch.setattr(p, table, dict(getattr(p, table)))
+
+
 def fd_cfg(model_dir, data, out, *extra):
     return train_cfg(model_dir, data, out, *FD, "--train.val_videos", "0", *extra)
 
@@ -58,6 +67,7 @@ def _rows(data):
     return pq.read_table(data / "manifest.parquet").to_pylist()
 
 
+@pytest.mark.usefixtures("domain_tables")
 def test_cache_holds_what_the_pipeline_conditions_on(fd_data, tiny_cosmos3_dir):
     """Latents of the tier's canvas cropped back (frame 0 bit-equal to a plain forward_dynamics pipeline run's
     conditioning latent, unlike the clip encoded as it is), the normalised chunk, the action caption's ids;
@@ -109,7 +119,7 @@ def test_cache_holds_what_the_pipeline_conditions_on(fd_data, tiny_cosmos3_dir):
     assert not torch.allclose(plain[:, 0], latents[:, 0], atol=1e-3)  # the canvas padding reaches the latents
 
 
-@pytest.mark.usefixtures("one_thread")
+@pytest.mark.usefixtures("one_thread", "domain_tables")
 def test_loss_falls_and_only_the_adapter_and_the_domain_row_move(fd_data, tiny_cosmos3_dir, tmp_path):
     from worldtune.models.cosmos3_actions import load_action_adapter_rows, read_action_info
 
