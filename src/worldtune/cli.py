@@ -166,10 +166,10 @@ def idm_train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_con
     _stage("worldtune.idm.train")(cfg)
 
 
-@app.command(**stage_command("trajectories", "idm"))
+@app.command(**stage_command("trajectories", "idm", "model", also=" (model: with trajectories.labeller = cosmos3 only)"))
 def trajectories(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Label generated videos with an IDM and write them as a LeRobot v3.0 dataset (filtered, merged)."""
-    cfg = _resolve(config, ctx, print_config, ("trajectories", "idm"))
+    cfg = _resolve(config, ctx, print_config, ("trajectories", "idm", "model"))
     _stage("worldtune.trajectories")(cfg)
 
 
