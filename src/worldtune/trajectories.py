@@ -1,8 +1,10 @@
 """`worldtune trajectories`: generated videos + an IDM -> a policy-ready LeRobot v3.0 dataset.
 
 Reads top to bottom:
-1. the generation folder (`worldtune generate`'s info.json + generations.jsonl) and the IDM;
-   check that the folder's cameras are the IDM's and that every video it names exists;
+1. the generation folder (`worldtune generate`'s info.json + generations.jsonl) and the labeller:
+   worldtune's IDM (`trajectories.labeller = "idm"`; the folder's cameras must be the IDM's) or Cosmos 3's
+   inverse dynamics (`"cosmos3"`, worldtune.idm.cosmos3; it labels the packed video, and is compared with
+   the IDM on the prepared dataset's held-out clips, worldtune.idm.compare); check every video exists;
 2. optional evaluation scores (`worldtune evaluate`'s results.json + videos.jsonl) and thresholds:
    keep only the videos that pass;
 3. write into `.<out>.partial` next to `out`: the real episodes of `merge_with` first (actions as
