@@ -9,7 +9,8 @@ from worldtune.config import load_config
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["demo.toml", "predict25_2b_lora_1gpu.toml", "predict2_14b_droid_grid_8gpu.toml"])
+@pytest.mark.parametrize("name", ["demo.toml", "predict25_2b_lora_1gpu.toml", "predict2_14b_droid_grid_8gpu.toml",
+                                  "cosmos3_edge_forward_dynamics_1gpu.toml"])
 def test_recipe_loads(name):
     load_config(CONFIGS / name)
 
@@ -35,3 +36,17 @@ def test_14b_grid_recipe():
     assert (c.prepare.num_frames, c.prepare.height, c.prepare.width, c.prepare.stride) == (93, 432, 768, 4)
     assert c.prepare.layout == "grid" and c.prepare.prompt_template == "droid_grid"
     assert c.cache.text == "raw"  # full fine-tuning trains on raw text embeddings
+
+
+def test_cosmos3_forward_dynamics_recipe():
+    """17 frames at the source rate (16 actions) filling the 480 tier's 480x832 canvas, as the comments say."""
+    from worldtune.data.dynamics import choose_tier
+    from worldtune.models.cosmos3_actions import action_canvas
+
+    c = load_config(CONFIGS / "cosmos3_edge_forward_dynamics_1gpu.toml")
+    assert c.model.name == "cosmos3-edge" and c.train.task == "forward_dynamics" and c.train.mode == "lora"
+    assert (c.prepare.num_frames, c.prepare.stride, c.prepare.height, c.prepare.width) == (17, 1, 480, 832)
+    assert c.prepare.actions.key == "action" and not c.prepare.only_successful
+    assert c.train.dynamics.tier == 480 and action_canvas(480, 832, 480) == (480, 832)
+    assert choose_tier(480, 832, "auto", action_canvas) == 480  # auto would choose the same tier
+    assert (c.train.lora.rank, c.train.lora.alpha, tuple(c.train.betas)) == (16, 32, (0.9, 0.99))

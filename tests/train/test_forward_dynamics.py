@@ -32,15 +32,29 @@ def fd_data(tmp_path_factory, tiny_cosmos3_dir) -> Path:
     from worldtune.data.synthetic import write_demo_dataset
 
     base = tmp_path_factory.mktemp("fd")
-    src = write_demo_dataset(base / "lerobot", episodes=5, height=48, width=80, failed=(FAILED_EPISODE,), workers=1)
+    src = write_demo_dataset(base / "lerobot", episodes=4, height=48, width=80, failed=(FAILED_EPISODE,), workers=1)
     cfg = load_config(None, ["--prepare.source", str(src), "--prepare.out", str(base / "ds"), "--prepare.height", "32",
                              "--prepare.width", "64", "--prepare.num_frames", "5", "--prepare.stride", "2",
-                             "--prepare.workers", "1", "--prepare.val_fraction", "0.2", "--prepare.prompt_template",
+                             "--prepare.workers", "1", "--prepare.val_fraction", "0.25", "--prepare.prompt_template",
                              "plain", "--prepare.actions.key", "action"])
     prepare_run(cfg.prepare, quiet=True)
-    cache_run(load_config(None, ["--model.path", str(tiny_cosmos3_dir), "--cache.dataset", str(base / "ds"),
-                                 "--cache.dtype", "fp32", *FD]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny VAE on a 192x320 canvas: one thread is fastest on a shared 2-core box
+    try:
+        cache_run(load_config(None, ["--model.path", str(tiny_cosmos3_dir), "--cache.dataset", str(base / "ds"),
+                                     "--cache.dtype", "fp32", *FD]))
+    finally:
+        torch.set_num_threads(threads)
     return base / "ds"
+
+
+@pytest.fixture
+def domain_tables(monkeypatch):
+    """diffusers' domain tables as they are now, restored after the test (registering a domain edits them)."""
+    from diffusers.pipelines.cosmos import pipeline_cosmos3_omni as p
+
+    for table in ("_EMBODIMENT_TO_DOMAIN_ID", "_EMBODIMENT_TO_RAW_ACTION_DIM"):
+        monkeypatch.setattr(p, table, dict(getattr(p, table)))
 
 
 def fd_cfg(model_dir, data, out, *extra):
@@ -53,6 +67,7 @@ def _rows(data):
     return pq.read_table(data / "manifest.parquet").to_pylist()
 
 
+@pytest.mark.usefixtures("domain_tables")
 def test_cache_holds_what_the_pipeline_conditions_on(fd_data, tiny_cosmos3_dir):
     """Latents of the tier's canvas cropped back (frame 0 bit-equal to a plain forward_dynamics pipeline run's
     conditioning latent, unlike the clip encoded as it is), the normalised chunk, the action caption's ids;
@@ -104,13 +119,15 @@ def test_cache_holds_what_the_pipeline_conditions_on(fd_data, tiny_cosmos3_dir):
     assert not torch.allclose(plain[:, 0], latents[:, 0], atol=1e-3)  # the canvas padding reaches the latents
 
 
-@pytest.mark.usefixtures("one_thread")
+@pytest.mark.usefixtures("one_thread", "domain_tables")
 def test_loss_falls_and_only_the_adapter_and_the_domain_row_move(fd_data, tiny_cosmos3_dir, tmp_path):
     from worldtune.models.cosmos3_actions import load_action_adapter_rows, read_action_info
 
-    # Measured (2-core CPU, 60 steps at lr 1e-2): held-out loss at fixed noise 1.0 -> 0.8x; see the threshold.
+    # Measured (2-core CPU): held-out loss at fixed noise 1.357 -> 1.145 after 60 steps at lr 1e-2 (-16 %); the
+    # threshold keeps half of that margin. At lr 1e-9 it stays at 1.0000 of the start.
     cfg = fd_cfg(tiny_cosmos3_dir, fd_data, tmp_path / "run", "--train.steps", "60", "--train.lr", "1e-2",
-                 "--train.warmup", "5", "--train.log_every", "20", "--train.checkpoint.every", "0")
+                 "--train.warmup", "5", "--train.log_every", "20", "--train.checkpoint.every", "0",
+                 "--train.val_videos", "1", "--train.val_steps", "4")
     trainer = Trainer(cfg)
     assert trainer.objective.cond_frames_probs == ((1, 1.0),) and trainer.objective.shift == 3.0  # 256 tier
     domain = trainer.setup.domain
@@ -119,7 +136,8 @@ def test_loss_falls_and_only_the_adapter_and_the_domain_row_move(fd_data, tiny_c
     before = {n: p.detach().clone() for n, p in trainer.transformer.named_parameters()}
     start = trainer.validate()["val_loss"]
     summary = trainer.fit()
-    assert summary["val_loss"] < 0.9 * start, (start, summary["val_loss"])
+    assert summary["val_loss"] < 0.92 * start, (start, summary["val_loss"])
+    assert summary["val_videos"] == 1  # sampled from the held-out clip's first frame and its actions
     changed = {n for n, p in trainer.transformer.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all("lora_" in n or n.endswith("parametrizations.weight.0.row") for n in changed)
     assert sum(n.endswith(".row") for n in changed) == 2  # the input projection's weight and bias rows

@@ -1,0 +1,29 @@
+"""The forward-dynamics training benchmark runs on the CPU with --tiny, at the shape it states."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_tiny_run(tmp_path):
+    spec = importlib.util.spec_from_file_location("cosmos3_fd_bench", ROOT / "benchmarks" / "cosmos3_fd_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = bench.main(["--tiny", "--device", "cpu", "--steps", "1", "--rank", "4", "--json", str(tmp_path / "b.json")])
+    finally:
+        torch.set_num_threads(n)
+    assert json.loads((tmp_path / "b.json").read_text()) == res
+    meta, (row,) = res["meta"], res["training"]
+    assert (meta["canvas"], meta["latent"], meta["actions"]) == ([192, 320], [2, 2, 4], 4)
+    assert meta["domain"]["width"] == 4 and meta["domain_row_params"] > 0 and meta["text_tokens"] > 100
+    assert row["variant"] == "eager" and row["s_per_step"] > 0 and all(math.isfinite(x) for x in row["losses"])
