@@ -73,3 +73,13 @@ def fd_trained(tmp_path_factory, tiny_cosmos3_dir) -> dict:
                                          "--train.val_videos", "0", "--train.tensorboard", "false",
                                          "--train.checkpoint.every", "0", "--train.val_samples", "1"])).fit()
     return {"lerobot": src, "dataset": base / "ds", "adapter": Path(summary["export"]), "model": tiny_cosmos3_dir}
+
+
+@pytest.fixture
+def domain_tables(monkeypatch):
+    """diffusers' Cosmos 3 domain tables as they are now, restored after the test (registering a new robot's domain
+    edits them in place)."""
+    from diffusers.pipelines.cosmos import pipeline_cosmos3_omni as p
+
+    for table in ("_EMBODIMENT_TO_DOMAIN_ID", "_EMBODIMENT_TO_RAW_ACTION_DIM"):
+        monkeypatch.setattr(p, table, dict(getattr(p, table)))

@@ -14,6 +14,7 @@ from worldtune.errors import DatasetError
 from worldtune.eval.dynamics import OTHER_SUFFIX, derangement
 from worldtune.eval.evaluate import aggregate
 
+pytestmark = pytest.mark.usefixtures("domain_tables")
 ROLES = ("exterior_1", "exterior_2", "wrist")
 
 

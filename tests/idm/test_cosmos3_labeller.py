@@ -16,6 +16,7 @@ from worldtune.config import load_config
 from worldtune.data.lerobot import LeRobotDataset
 from worldtune.idm.cosmos3 import windows
 
+pytestmark = pytest.mark.usefixtures("domain_tables")
 CAMERAS = {"exterior_1": "observation.images.exterior_1_left", "exterior_2": "observation.images.exterior_2_left",
            "wrist": "observation.images.wrist_left"}
 
