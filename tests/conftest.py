@@ -47,3 +47,39 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def fd_trained(tmp_path_factory, tiny_cosmos3_dir) -> dict:
+    """The demo robot (4-D actions) as 5-frame 32x64 grid clips with actions (3 held-out episodes), cached for
+    forward dynamics, and a tiny-cosmos3 forward-dynamics adapter trained on it for a few steps (plumbing, not
+    quality): {"lerobot", "dataset", "adapter", "model"}."""
+    from worldtune.data.cache import run as cache_run
+    from worldtune.data.prepare import run as prepare_run
+    from worldtune.data.synthetic import write_demo_dataset
+    from worldtune.train.trainer import Trainer
+
+    base = tmp_path_factory.mktemp("fd_eval")
+    src = write_demo_dataset(base / "lerobot", episodes=6, height=48, width=80, workers=1)
+    cfg = load_config(None, ["--prepare.source", str(src), "--prepare.out", str(base / "ds"), "--prepare.height", "32",
+                             "--prepare.width", "64", "--prepare.num_frames", "5", "--prepare.workers", "1",
+                             "--prepare.val_fraction", "0.5", "--prepare.prompt_template", "plain",
+                             "--prepare.actions.key", "action"])
+    prepare_run(cfg.prepare, quiet=True)
+    fd = ("--model.path", str(tiny_cosmos3_dir), "--train.task", "forward_dynamics")
+    cache_run(load_config(None, [*fd, "--cache.dataset", str(base / "ds"), "--cache.dtype", "fp32"]))
+    summary = Trainer(load_config(None, [*fd, "--train.dataset", str(base / "ds"), "--train.out", str(base / "fd"),
+                                         "--train.steps", "3", "--train.lr", "1e-2", "--train.warmup", "1",
+                                         "--train.val_videos", "0", "--train.tensorboard", "false",
+                                         "--train.checkpoint.every", "0", "--train.val_samples", "1"])).fit()
+    return {"lerobot": src, "dataset": base / "ds", "adapter": Path(summary["export"]), "model": tiny_cosmos3_dir}
+
+
+@pytest.fixture
+def domain_tables(monkeypatch):
+    """diffusers' Cosmos 3 domain tables as they are now, restored after the test (registering a new robot's domain
+    edits them in place)."""
+    from diffusers.pipelines.cosmos import pipeline_cosmos3_omni as p
+
+    for table in ("_EMBODIMENT_TO_DOMAIN_ID", "_EMBODIMENT_TO_RAW_ACTION_DIM"):
+        monkeypatch.setattr(p, table, dict(getattr(p, table)))

@@ -137,11 +137,12 @@ def generate(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_conf
     _stage("worldtune.infer.generate")(cfg)
 
 
-@app.command(**stage_command("evaluate"))
+@app.command(**stage_command("evaluate", "model", also=" (model: with evaluate.mode = actions only)"))
 def evaluate(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
-    """Score generation folders: Sampson geometry and a VLM judge."""
-    cfg = _resolve(config, ctx, print_config, ("evaluate",))
-    _stage("worldtune.eval.evaluate")(cfg.evaluate)
+    """Score generation folders (Sampson geometry, pixel metrics, a VLM judge), or a forward-dynamics model under
+    a dataset's real actions (evaluate.mode = actions)."""
+    cfg = _resolve(config, ctx, print_config, ("evaluate", "model"))
+    _stage("worldtune.eval.evaluate")(cfg)
 
 
 @app.command(**stage_command("report"))
@@ -165,10 +166,10 @@ def idm_train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_con
     _stage("worldtune.idm.train")(cfg)
 
 
-@app.command(**stage_command("trajectories", "idm"))
+@app.command(**stage_command("trajectories", "idm", "model", also=" (model: with trajectories.labeller = cosmos3 only)"))
 def trajectories(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Label generated videos with an IDM and write them as a LeRobot v3.0 dataset (filtered, merged)."""
-    cfg = _resolve(config, ctx, print_config, ("trajectories", "idm"))
+    cfg = _resolve(config, ctx, print_config, ("trajectories", "idm", "model"))
     _stage("worldtune.trajectories")(cfg)
 
 

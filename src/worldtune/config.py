@@ -380,6 +380,47 @@ class GenerateConfig(Section):
 
 
 # -------------------------------------------------------------------------------------- evaluate
+class ActionEvalConfig(Section):
+    """`evaluate.mode = "actions"`: a Cosmos 3 forward-dynamics model driven by a prepared dataset's real actions,
+    scored against what really happened; and again by another episode's actions, to see that the actions matter."""
+
+    dataset: str = Field("demo_out/dataset", description="a prepared dataset with actions (prepare.actions.key): its "
+                         "held-out clips give the first frame, the action chunk and the real continuation")
+    adapters: list[AdapterSpec] = Field(default_factory=list, description="forward-dynamics adapters (a "
+                                        "forward-dynamics run's export/): [{path, scale, name}, ...]")
+    include_base: bool = Field(True, description="also drive the base model (its checkpoint's rows for the domain)")
+    split: Literal["val", "all"] = Field("val", description="which clips: the held-out ones, or all")
+    clips_per_episode: int = Field(1, description="clips of one episode used (its first ones); inputs of one episode "
+                                   "share its scene, so more clips add less than more episodes")
+    max_inputs: int | None = Field(None, description="use only the first N clips (sorted by name)")
+    seeds: list[int] = Field(default_factory=lambda: [0], description="seeds per clip")
+    steps: int = Field(35, description="denoising steps (the pipeline's default)")
+    guidance: float = Field(1.0, description="classifier-free guidance on the task text (1 = off, half the cost): "
+                            "the actions, not the text, are what is evaluated")
+    tier: int | Literal["auto"] = Field("auto", description="action resolution tier; auto = the adapter's (what it was "
+                                        "trained at), else the smallest whose canvas holds the clips")
+    view_point: Literal["auto", "ego_view", "third_person_view", "wrist_view", "concat_view"] = Field(
+        "auto", description="camera sentence of the caption; auto = the adapter's, else concat_view for a grid and "
+        "ego_view for one camera")
+    other_actions: bool = Field(True, description="also drive every model by another episode's actions (a seeded "
+                                "derangement: no clip keeps its own episode's actions) for the action-sensitivity figure")
+    shuffle_seed: int = Field(0, description="seed of the derangement that gives each clip another episode's actions")
+    device: str = Field("auto", description="auto = cuda when available, else cpu")
+
+    @field_validator("tier")
+    @classmethod
+    def _tier(cls, v: int | str) -> int | str:
+        if v != "auto" and v not in ACTION_TIERS:
+            raise ValueError(f"evaluate.actions.tier must be auto or one of {list(ACTION_TIERS)}, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "ActionEvalConfig":
+        if self.steps < 1 or self.clips_per_episode < 1 or not self.seeds:
+            raise ValueError("evaluate.actions: steps and clips_per_episode must be >= 1 and seeds non-empty")
+        return self
+
+
 class EvaluateConfig(Section):
     """`worldtune evaluate`: Sampson geometry, pixel metrics against the real clip, a VLM judge."""
 
@@ -423,6 +464,11 @@ class EvaluateConfig(Section):
     sampson_gate: float = Field(6.0, description="reference scoring: matches farther from the rig's geometry (px) are wrong matches")
     pixel_start: int = Field(1, description="pixel metrics: leading frames given to the model, not scored")
     max_videos: int | None = Field(None, description="evaluate only the first N rows of each folder (quick looks)")
+    mode: Literal["videos", "actions"] = Field(
+        "videos", description="videos: score the generation folders of evaluate.runs; actions: first generate with a "
+        "Cosmos 3 forward-dynamics model under a prepared dataset's real actions (evaluate.actions) into "
+        "<out>/generations, then score that folder (pixel metrics per view and over the horizon, action sensitivity)")
+    actions: ActionEvalConfig = Field(default_factory=ActionEvalConfig, description="the actions mode's settings")
 
 
 class ReportConfig(Section):
@@ -504,8 +550,51 @@ class IdmConfig(Section):
         return self
 
 
+class Cosmos3LabelConfig(Section):
+    """`trajectories.labeller = "cosmos3"`: actions from Cosmos 3's own `inverse_dynamics` mode (the [model], base or
+    with a forward-dynamics adapter), scaled back to the dataset's units with the actions' statistics."""
+
+    dataset: str | None = Field(None, description="the prepared dataset (with actions) the generations came from: its "
+                                "action domain, names, normalisation statistics and camera keys; None = the generation "
+                                "folder's info.json `dataset`")
+    adapter: str | None = Field(None, description="a forward-dynamics adapter folder (LoRA + the domain's rows, its "
+                                "action scaling); None = the base model")
+    chunk: int | None = Field(None, description="actions per inverse-dynamics window (a multiple of 4); None = the "
+                              "adapter's chunk, else the dataset's clip length - 1")
+    steps: int = Field(35, description="denoising steps of the actions")
+    guidance: float = Field(1.0, description="classifier-free guidance on the task text (1 = off)")
+    tier: int | Literal["auto"] = Field("auto", description="action resolution tier; auto = the adapter's, else the "
+                                        "smallest whose canvas holds the frames")
+    view_point: Literal["auto", "ego_view", "third_person_view", "wrist_view", "concat_view"] = Field(
+        "auto", description="camera sentence of the caption; auto = the adapter's, else by the layout")
+    seed: int = Field(0, description="noise seed of every window")
+    compare_clips: int = Field(8, description="held-out clips of the dataset labelled by both labellers for the "
+                               "comparison in the dataset's report (needs an IDM at trajectories.idm); 0 = no comparison")
+
+    @field_validator("tier")
+    @classmethod
+    def _tier(cls, v: int | str) -> int | str:
+        if v != "auto" and v not in ACTION_TIERS:
+            raise ValueError(f"trajectories.cosmos3.tier must be auto or one of {list(ACTION_TIERS)}, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "Cosmos3LabelConfig":
+        if self.chunk is not None and (self.chunk < 4 or self.chunk % 4):
+            raise ValueError(f"trajectories.cosmos3.chunk must be a positive multiple of 4, got {self.chunk}")
+        if self.steps < 1 or self.compare_clips < 0:
+            raise ValueError("trajectories.cosmos3.steps must be >= 1 and compare_clips >= 0")
+        return self
+
+
 class TrajectoriesConfig(Section):
     """`worldtune trajectories`: generated videos + an IDM -> a LeRobot v3.0 dataset with actions."""
+
+    labeller: Literal["idm", "cosmos3"] = Field(
+        "idm", description="who labels the generated videos with actions: idm = worldtune's inverse-dynamics model "
+        "(trajectories.idm); cosmos3 = Cosmos 3's inverse_dynamics mode of the [model] (trajectories.cosmos3)")
+    cosmos3: Cosmos3LabelConfig = Field(default_factory=Cosmos3LabelConfig,
+                                        description="the cosmos3 labeller's settings")
 
     generations: str = Field("demo_out/generations", description="a folder written by `worldtune generate`")
     idm: str = Field("demo_out/runs/idm", description="an IDM run folder (or its idm/ folder) from `worldtune idm train`")

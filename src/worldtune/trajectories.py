@@ -1,8 +1,10 @@
 """`worldtune trajectories`: generated videos + an IDM -> a policy-ready LeRobot v3.0 dataset.
 
 Reads top to bottom:
-1. the generation folder (`worldtune generate`'s info.json + generations.jsonl) and the IDM;
-   check that the folder's cameras are the IDM's and that every video it names exists;
+1. the generation folder (`worldtune generate`'s info.json + generations.jsonl) and the labeller:
+   worldtune's IDM (`trajectories.labeller = "idm"`; the folder's cameras must be the IDM's) or Cosmos 3's
+   inverse dynamics (`"cosmos3"`, worldtune.idm.cosmos3; it labels the packed video, and is compared with
+   the IDM on the prepared dataset's held-out clips, worldtune.idm.compare); check every video exists;
 2. optional evaluation scores (`worldtune evaluate`'s results.json + videos.jsonl) and thresholds:
    keep only the videos that pass;
 3. write into `.<out>.partial` next to `out`: the real episodes of `merge_with` first (actions as
@@ -34,6 +36,7 @@ from worldtune.data.lerobot import LeRobotDataset
 from worldtune.data.lerobot_writer import LeRobotWriter, VideoEncoding
 from worldtune.errors import ConfigError, DatasetError
 from worldtune.idm.data import action_names, check_cameras, read_actions
+from worldtune.idm.cosmos3 import Cosmos3Labeler
 from worldtune.idm.label import ActionLabeler
 from worldtune.infer.views import layout_roles
 
@@ -146,14 +149,30 @@ class TrajectoryExport:
             raise DatasetError(f"{self.out} already exists: trajectories.out must name a new folder "
                                f"(delete it or choose another)")
         self.folder = Path(tc.generations)
-        self.labeler = ActionLabeler.load(tc.idm, tc.device, cfg.idm.label_batch)
+        self.cfg = cfg
         self.info, rows = read_generations(self.folder)
         self.layout = self.info.get("layout")
-        self.roles = camera_roles(self.info, self.labeler, self.folder)
-        self.keys = {r: self.labeler.meta["cameras"][r] for r in self.roles}  # role -> dataset camera key
+        self.labeler: ActionLabeler | Cosmos3Labeler
+        if tc.labeller == "idm":
+            self.labeler = idm = ActionLabeler.load(tc.idm, tc.device, cfg.idm.label_batch)
+            self.roles = camera_roles(self.info, idm, self.folder)
+            self.keys = {r: idm.meta["cameras"][r] for r in self.roles}  # role -> dataset camera key
+            self.action_key, self.resize = idm.meta["action_key"], idm.meta.get("resize", "pad")
+            self.robot_type, self.trained_on = idm.meta["dataset"].get("robot_type"), idm.meta["dataset"]["path"]
+        else:
+            cameras = prepared_cameras(tc.cosmos3.dataset or self.info.get("dataset"))
+            self.roles = layout_roles(self.layout) or list(cameras)[:1]
+            self.keys = {r: cameras.get(r, f"observation.images.{r}") for r in self.roles}
         self.rows = self._select(rows)
         self.files = [view_files(r, self.roles, self.folder, self.layout) for r in self.rows]
         self.fps = self._fps()
+        if tc.labeller == "cosmos3":
+            from worldtune.idm.cosmos3 import load_cosmos3_labeler
+
+            self.labeler = c3 = load_cosmos3_labeler(cfg, self.info.get("dataset"), self.fps)
+            self.action_key, self.resize, self.robot_type = c3.action_key, str(self.layout.get("resize", "pad")
+                                                                               if self.layout else "pad"), None
+            self.trained_on = str(Path(tc.cosmos3.dataset or self.info.get("dataset")))
         self.metrics, self.lower, self.scores = ([], set(), {})
         if tc.evaluation:
             self.metrics, self.lower, self.scores = read_scores(Path(tc.evaluation), self.folder)
@@ -189,12 +208,11 @@ class TrajectoryExport:
         return int(round(fps))
 
     def _check_real(self, real: LeRobotDataset) -> None:
-        meta = self.labeler.meta
-        names = action_names(real, meta["action_key"])
+        names = action_names(real, self.action_key)
         if names != self.labeler.action_names:
-            raise DatasetError(f"{real.root / 'meta' / 'info.json'}: actions {names} are not the IDM's "
-                               f"{self.labeler.action_names} (IDM trained on {meta['dataset']['path']}): merge with "
-                               f"the dataset the IDM was trained on, or train an IDM on this one")
+            raise DatasetError(f"{real.root / 'meta' / 'info.json'}: actions {names} are not the labeller's "
+                               f"{self.labeler.action_names} (from {self.trained_on}): merge with the dataset the "
+                               f"labeller's actions come from, or train an IDM on this one")
         check_cameras(real, self.keys)
         if real.fps is None or abs(real.fps - self.fps) > 1e-3:
             raise DatasetError(f"{real.root / 'meta' / 'info.json'}: {real.fps} fps, the generated videos run at "
@@ -213,7 +231,7 @@ class TrajectoryExport:
         tc = self.tc
         writer = LeRobotWriter(tmp, self.fps, sizes, self.labeler.action_names,
                                VideoEncoding(tc.codec, tc.lossless, tc.crf, tc.gop), tc.episodes_per_file,
-                               tc.robot_type or self.labeler.meta["dataset"].get("robot_type"))
+                               tc.robot_type or self.robot_type)
         dropped: dict[str, int] = {}
         try:
             real = self._write_real(writer, sizes) if self.real is not None else 0
@@ -238,10 +256,13 @@ class TrajectoryExport:
             summary = {"out": str(self.out), "episodes": {"real": real, "synthetic": synthetic},
                        "dropped_by_threshold": dropped, "frames": info["total_frames"], "fps": self.fps,
                        "cameras": list(sizes), "codec": tc.codec, "lossless": tc.lossless,
-                       "generations": str(self.folder.resolve()), "idm": str(Path(tc.idm).resolve()),
+                       "generations": str(self.folder.resolve()), "labeller": self._labeller_info(),
+                       "idm": str(Path(tc.idm).resolve()) if tc.labeller == "idm" else None,
                        "evaluation": str(Path(tc.evaluation).resolve()) if tc.evaluation else None,
-                       "thresholds": dict(tc.thresholds), "merge_with": str(self.real.root.resolve()) if self.real else None,
-                       "seconds": round(time.time() - t0, 2)}
+                       "thresholds": dict(tc.thresholds), "merge_with": str(self.real.root.resolve()) if self.real else None}
+            if tc.labeller == "cosmos3" and tc.cosmos3.compare_clips:
+                summary["labeller_comparison"] = self.compare()
+            summary["seconds"] = round(time.time() - t0, 2)
             from worldtune.data.video import atomic_write_bytes
 
             atomic_write_bytes(tmp / PROVENANCE, (json.dumps(summary, indent=1) + "\n").encode())
@@ -256,18 +277,25 @@ class TrajectoryExport:
                          score: dict[str, Any]) -> None:
         rgb = {r: np.stack([f.to_ndarray(format="rgb24") for f in fr]) for r, fr in frames.items()}
         n = min(len(v) for v in rgb.values())
-        actions = self.labeler.label({r: v[:n] for r, v in rgb.items()})
+        task = row.get("instruction") or row.get("prompt") or ""
+        if isinstance(self.labeler, ActionLabeler):
+            actions = self.labeler.label({r: v[:n] for r, v in rgb.items()})
+        else:  # Cosmos 3 sees the packed video it generates (the grid of cameras as one frame)
+            from worldtune.data.video import read_frames
+
+            packed = read_frames(self.folder / str(row["video"]))
+            n = min(n, len(packed))
+            actions = self.labeler.label_video(packed[:n], task)[:n]
         columns: dict[str, Any] = {f"source/{c}": row.get(c) for c in SOURCE_COLUMNS}
         columns.update({f"score/{m}": score.get(m) for m in self.metrics})
-        task = row.get("instruction") or row.get("prompt") or ""
         writer.add_episode({self.keys[r]: fr[:n] for r, fr in frames.items()}, actions, task, True, columns)
 
     def _write_real(self, writer: LeRobotWriter, sizes: dict[str, tuple[int, int]]) -> int:
         """The real dataset's episodes, resized to the generated cameras' size (same resize as the IDM)."""
         real = self.real
         assert real is not None
-        acts = read_actions(real, self.labeler.meta["action_key"])
-        resize = self.labeler.meta.get("resize", "pad")
+        acts = read_actions(real, self.action_key)
+        resize = self.resize
         n_written = 0
         for ep in real.episodes:
             if ep.index not in acts or any(k not in ep.spans for k in sizes):
@@ -281,11 +309,76 @@ class TrajectoryExport:
         return n_written
 
 
+    # ------------------------------------------------------------------ labellers
+    def _labeller_info(self) -> dict[str, Any]:
+        if isinstance(self.labeler, ActionLabeler):
+            return {"kind": "idm", "idm": str(Path(self.tc.idm).resolve())}
+        c3 = self.labeler
+        return {"kind": "cosmos3", "model": c3.source, "domain": c3.domain.to_dict(), "normalization": c3.normalization,
+                "chunk": c3.chunk, "tier": c3.tier, "view_point": c3.view_point, "steps": c3.steps,
+                "guidance": c3.guidance, "seed": c3.seed, "dataset": self.trained_on}
+
+    def compare(self) -> dict[str, Any]:
+        """Cosmos 3's inverse dynamics and the IDM (when trajectories.idm holds one for these cameras) on the
+        prepared dataset's held-out clips: action MSE per entry and overall (worldtune.idm.compare)."""
+        from worldtune.errors import CheckpointError
+        from worldtune.idm.compare import compare_labellers
+        from worldtune.infer.views import split_views
+
+        c3 = self.labeler
+        assert not isinstance(c3, ActionLabeler)
+        labellers: dict[str, Any] = {"cosmos3": lambda clip: c3.label_video(clip.frames, str(clip.row.get("task") or ""))}
+        note = None
+        try:
+            idm = ActionLabeler.load(self.tc.idm, self.tc.device, self.cfg.idm.label_batch)
+            if sorted(idm.roles) != sorted(self.roles):
+                raise DatasetError(f"the IDM's cameras {idm.roles} are not the dataset's {self.roles}")
+            single = self.roles[0]
+            labellers["idm"] = lambda clip: idm.label(split_views(clip.frames, self.layout) or {single: clip.frames})
+        except (CheckpointError, DatasetError) as e:
+            note = f"no IDM compared: {e}"
+        result = compare_labellers(self.trained_on, labellers, self.tc.cosmos3.compare_clips)
+        if note:
+            result["note"] = note
+        return result
+
+
+def print_comparison(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    names = result["action_names"]
+    table = Table(title=f"labellers on {len(result['clips'])} held-out clips ({result['transitions']} actions): "
+                        "MSE per action entry")
+    table.add_column("labeller")
+    for n in names:
+        table.add_column(n, justify="right")
+    table.add_column("overall", justify="right")
+    table.add_column("normalised", justify="right")
+    for name, row in result["labellers"].items():
+        table.add_row(name, *[f"{row['mse'][n]:.3g}" for n in names], f"{row['mse_overall']:.3g}",
+                      f"{row['normalised_mse']:.3f}")
+    Console().print(table)
+    if result.get("note"):
+        Console().print(f"  {result['note']}")
+
+
+def prepared_cameras(dataset: str | None) -> dict[str, str]:
+    """role -> camera key of a prepared dataset (its info.json), for the cosmos3 labeller's episode features."""
+    path = Path(dataset) / "info.json" if dataset else None
+    if path is None or not path.is_file():
+        raise ConfigError(f"trajectories.labeller = \"cosmos3\" needs the prepared dataset the generations came from "
+                          f"(actions, camera keys): set trajectories.cosmos3.dataset (got {dataset!r})")
+    return {str(r): str(k) for r, k in (json.loads(path.read_text(encoding="utf-8")).get("cameras") or {}).items()}
+
+
 def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     """Entry point of `worldtune trajectories`."""
     from rich.console import Console
 
     summary = TrajectoryExport(cfg).run()
+    if summary.get("labeller_comparison"):
+        print_comparison(summary["labeller_comparison"])
     e = summary["episodes"]
     Console().print(f"wrote LeRobot v3.0 dataset {summary['out']}: {e['synthetic']} synthetic + {e['real']} real "
                     f"episodes, {summary['frames']} frames at {summary['fps']} fps, cameras {summary['cameras']}"

@@ -20,6 +20,11 @@ when it exists, worldtune.eval.sampson), the pixel metrics against the real cont
 `judge_physics`, `judge_instruction` (1-5, higher is better), and `judge:<rubric name or YAML path>`.
 Every model is compared with the base model over the same (input, seed) pairs: paired mean
 difference, a 95 % bootstrap CI over inputs and a win rate (worldtune.eval.stats).
+
+`evaluate.mode = "actions"` first writes the folder to score: a Cosmos 3 forward-dynamics model (base and
+adapters) driven by each held-out clip's real actions, and by another episode's actions
+(worldtune.eval.dynamics). Pixel metrics are then also kept per camera view, and every model driven both ways
+gets its *action sensitivity*: the paired difference own - other actions, CI over clips.
 """
 
 from __future__ import annotations
@@ -267,7 +272,8 @@ def _pixels_one(key: str, gen: Any, real: Any, start: int, wanted: Sequence[str]
             per[role] = pixel_metrics(gv, rv, start=min(start, max(n - 1, 0)), label=f"{key} / {role}").to_dict()
     except (VideoReadError, WorldtuneError) as e:
         return key, {"pixel_status": f"skipped: {e}"}
-    row: dict[str, Any] = {"pixel_status": "ok", "pixel_detail": per}
+    row: dict[str, Any] = {"pixel_status": "ok", "pixel_detail": per,
+                           "pixel_views": {role: {m: v["values"].get(m) for m in wanted} for role, v in per.items()}}
     for m in list(wanted) + (["warp_error_real"] if "warp_error" in wanted else []):
         vals = [v["values"].get(m) for v in per.values() if v["values"].get(m) is not None]
         row[m] = float(np.mean(vals)) if vals else None
@@ -355,20 +361,60 @@ def versus_base(rows: Sequence[dict[str, Any]], label: str, metric: str) -> dict
     return {"base": base, **d.to_dict()}
 
 
+def action_sensitivity(rows: Sequence[dict[str, Any]], label: str, metric: str, view: str | None = None) -> dict[str, Any]:
+    """Paired difference of a model under its clips' own actions to the same model under another episode's
+    actions (same clip, first frame and seed; worldtune.eval.dynamics), CI over clips. For PSNR-like metrics a
+    model that uses its actions reads > 0; one that ignores them reads 0."""
+    from worldtune.eval.dynamics import OTHER_SUFFIX
+    from worldtune.eval.stats import paired_difference
+
+    def scores(lab: str) -> dict[tuple[str, Any], float]:
+        out = {}
+        for r in rows:
+            v = r.get(metric) if view is None else ((r.get("pixel_views") or {}).get(view) or {}).get(metric)
+            if r["model"] == lab and v is not None:
+                out[(r["name"], r["seed"])] = v
+        return out
+
+    d = paired_difference(scores(label), scores(label + OTHER_SUFFIX), higher_is_better=metric not in LOWER_IS_BETTER)
+    return {"other": label + OTHER_SUFFIX, **d.to_dict()}
+
+
+def per_view(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per camera view (of a multi-camera layout): statistics of each pixel metric over the videos."""
+    roles = sorted({role for r in rows for role in (r.get("pixel_views") or {})})
+    if len(roles) < 2:
+        return {}
+    wanted = [m for m in metrics if m in PIXEL_METRICS]
+    return {role: {m: stats([((r.get("pixel_views") or {}).get(role) or {}).get(m) for r in rows]) for m in wanted}
+            for role in roles}
+
+
 def aggregate(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Per model (over all its videos) and per model and input (over seeds) statistics of each metric,
-    and for every model but the base and the real clips its paired difference to the base."""
+    """Per model (over all its videos) and per model and input (over seeds) statistics of each metric (and per
+    camera view for the pixel metrics), for every model but the base and the real clips its paired difference to
+    the base, and for a model also driven by other episodes' actions its action sensitivity."""
+    from worldtune.eval.dynamics import OTHER_SUFFIX, is_other
     from worldtune.eval.stats import best_models
 
     models: dict[str, Any] = {}
     inputs: dict[str, dict[str, Any]] = {}
-    for label in sorted({r["model"] for r in rows}, key=lambda m: (is_reference(m), m != BASE, m)):
+    labels = {r["model"] for r in rows}
+    for label in sorted(labels, key=lambda m: (is_reference(m), is_other(m), m != BASE, m)):
         mine = [r for r in rows if r["model"] == label]
         names = sorted({r["name"] for r in mine})
         models[label] = {"reference": is_reference(label), "videos": len(mine), "inputs": len(names),
                          **{m: stats([r.get(m) for r in mine]) for m in metrics}}
-        if not is_reference(label) and label.rsplit("/", 1)[-1] != BASE:
+        views = per_view(mine, metrics)
+        if views:
+            models[label]["views"] = views
+        if not is_reference(label) and not is_other(label) and label.rsplit("/", 1)[-1] != BASE:
             models[label]["vs_base"] = {m: versus_base(rows, label, m) for m in metrics}
+        if label + OTHER_SUFFIX in labels:
+            models[label]["action_sensitivity"] = {m: action_sensitivity(rows, label, m) for m in metrics}
+            if views:
+                models[label]["action_sensitivity_views"] = {
+                    role: {m: action_sensitivity(rows, label, m, role) for m in views[role]} for role in views}
         inputs[label] = {n: {m: stats([r.get(m) for r in mine if r["name"] == n]) for m in metrics} for n in names}
     for m in metrics:  # the best generated model per metric, for highlighting
         means = {k: v[m]["mean"] for k, v in models.items() if not v["reference"]}
@@ -415,6 +461,18 @@ def print_summary(results: dict[str, Any]) -> None:
         table.add_row(label + (" (reference)" if s["reference"] else ""), str(s["videos"]), *cells)
     console = Console()
     console.print(table)
+    sens = {label: s["action_sensitivity"] for label, s in results["models"].items() if "action_sensitivity" in s}
+    if sens:
+        from worldtune.eval.report import delta_text
+
+        t2 = Table(title="action sensitivity: own actions - another episode's actions (mean [95 % CI over clips], "
+                         "win rate, n)")
+        t2.add_column("model")
+        for m in metrics:
+            t2.add_column(m, justify="right")
+        for label, d in sens.items():
+            t2.add_row(label, *[delta_text(d[m]) for m in metrics])
+        console.print(t2)
     for label, s in results.get("sampson", {}).items():
         for kind in ("temporal", "crossview"):
             k = s.get(kind)
@@ -436,14 +494,25 @@ def print_summary(results: dict[str, Any]) -> None:
 def run(cfg: Any) -> dict[str, Any]:
     """Score every video of the configured generation folders; write and return results.json's content.
 
+    `cfg` is the [evaluate] section or the whole config; `evaluate.mode = "actions"` needs the whole config (its
+    [model]): the folder scored is then the one worldtune.eval.dynamics generates under the dataset's actions.
     Sampson and pixel results are written before the judge is asked, so a judge that fails
     cannot lose them; a judge whose every request failed makes the command fail after writing.
     """
     t0 = time.time()
+    whole, cfg = cfg, getattr(cfg, "evaluate", cfg)
     metrics = check_metrics(cfg.metrics)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    entries, runs = collect_entries(cfg.runs, cfg.max_videos)
+    folders = list(cfg.runs)
+    if cfg.mode == "actions":
+        if not hasattr(whole, "model"):
+            raise EvaluationError("evaluate.mode = \"actions\" generates with the model of [model]: pass the whole "
+                                  "config (`worldtune evaluate CONFIG`)")
+        from worldtune.eval.dynamics import generate_under_actions
+
+        folders = [str(generate_under_actions(whole))]
+    entries, runs = collect_entries(folders, cfg.max_videos)
     if not entries:
         raise EvaluationError(f"no videos in {cfg.runs}: the generation folders' generations.jsonl are empty")
     sampson_metrics = [m for m in metrics if m in SAMPSON_METRICS]

@@ -27,6 +27,7 @@ import numpy as np
 
 from worldtune.atomic import atomic_write_text
 from worldtune.errors import EvaluationError
+from worldtune.eval.dynamics import OTHER_SUFFIX
 
 PLAYABLE = {"h264": ".mp4", "vp9": ".webm", "av1": ".webm"}
 METRIC_TITLES = {"sampson_temporal": "Sampson error, temporal (px)", "sampson_crossview": "Sampson error, cross-view (px)",
@@ -189,7 +190,8 @@ def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> Path 
     for label, curves in sorted(by_model.items(), key=lambda kv: (kv[0] != "base", kv[0])):
         n = min(len(c) for c in curves)
         mean = [np.nanmean([np.nan if c[i] is None else c[i] for c in curves]) for i in range(n)]
-        ax.plot(range(1, n + 1), mean, label=label, color="#3b75af" if label == "base" else None)
+        ax.plot(range(1, n + 1), mean, label=label, color="#3b75af" if label == "base" else None,
+                linestyle="--" if label.endswith(OTHER_SUFFIX) else "-")
     ax.set_title(f"{METRIC_TITLES.get(metric, metric)} over the horizon", fontsize=9)
     ax.set_xlabel("generated frame (after the conditioning frames)", fontsize=8)
     ax.legend(fontsize=7)
@@ -298,7 +300,46 @@ def _metrics_table_html(results: dict[str, Any]) -> str:
         table += (f"<h3>Paired difference to the base model</h3><p>mean over the same (input, seed) pairs, "
                   f"[95 % CI over inputs], win rate, n pairs; hover an empty cell for the reason</p>"
                   f"<table><tr><th>model</th>{head}</tr>{''.join(deltas)}</table>")
-    return table
+    return table + _sensitivity_html(results) + _views_html(results)
+
+
+SENSITIVITY_NOTE = ("the same model, clip, first frame and seed, driven by the clip's own actions minus driven by "
+                    "another episode's actions: mean [95 % CI over clips], win rate, n pairs. A model that uses its "
+                    "actions reads above 0 on PSNR, SSIM and dynamic PSNR; one that ignores them reads 0")
+
+
+def _sensitivity_html(results: dict[str, Any]) -> str:
+    """The action-sensitivity table (evaluate.mode = actions): overall, then per camera view."""
+    metrics = results["metrics"]
+    lower = set(results.get("lower_is_better", []))
+    rows = []
+    for label, s in results["models"].items():
+        for where, d in [("all views", s.get("action_sensitivity"))] + list((s.get("action_sensitivity_views") or {}).items()):
+            if not d:
+                continue
+            cells = "".join(f"<td title='{html.escape((d.get(m) or {}).get('reason') or '')}'>"
+                            f"{html.escape(delta_text(d[m])) if m in d else '—'}</td>" for m in metrics)
+            rows.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(where)}</td>{cells}</tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(m)} {'↓' if m in lower else '↑'}</th>" for m in metrics)
+    return (f"<h3>Action sensitivity: own actions − another episode's actions</h3><p>{SENSITIVITY_NOTE}.</p>"
+            f"<table><tr><th>model</th><th>view</th>{head}</tr>{''.join(rows)}</table>")
+
+
+def _views_html(results: dict[str, Any]) -> str:
+    """Pixel metrics per camera view (multi-camera layouts)."""
+    rows, metrics = [], []
+    for label, s in results["models"].items():
+        for role, per in (s.get("views") or {}).items():
+            metrics = metrics or list(per)
+            rows.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(role)}</td>"
+                        + "".join(f"<td>{_fmt(per.get(m))}</td>" for m in metrics) + "</tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(m)}</th>" for m in metrics)
+    return (f"<h3>Per camera view</h3><p>mean ± std over videos of each view's own value</p>"
+            f"<table><tr><th>model</th><th>view</th>{head}</tr>{''.join(rows)}</table>")
 
 
 def delta_text(d: dict[str, Any]) -> str:
@@ -448,6 +489,18 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
                   "mean over the same (input, seed) pairs, [95 % CI over inputs], win rate, n pairs", "",
                   "| model | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
         lines += [f"| {label} − base | " + " | ".join(delta_text(d[m]) for m in metrics) + " |" for label, d in deltas]
+        lines.append("")
+    sens = [(label, s["action_sensitivity"]) for label, s in results["models"].items() if "action_sensitivity" in s]
+    if sens:
+        lines += ["## Action sensitivity: own actions − another episode's actions", "", SENSITIVITY_NOTE + ".", "",
+                  "| model | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
+        lines += [f"| {label} | " + " | ".join(delta_text(d[m]) for m in metrics) + " |" for label, d in sens]
+        lines.append("")
+    views = [(label, role, per) for label, s in results["models"].items() for role, per in (s.get("views") or {}).items()]
+    if views:
+        vm = list(views[0][2])
+        lines += ["## Per camera view", "", "| model | view | " + " | ".join(vm) + " |", "|---|---|" + "---:|" * len(vm)]
+        lines += [f"| {label} | {role} | " + " | ".join(_fmt(per.get(m)) for m in vm) + " |" for label, role, per in views]
         lines.append("")
     for m, p in plots.items():
         if p:
