@@ -288,34 +288,12 @@ class Cosmos3(ModelFamily):
             preds.append(model(**kwargs)[0][0])
         return torch.cat(preds)
 
-    @torch.no_grad()
     def sample_from_first_latent(self, transformer: torch.nn.Module, scheduler, x0: torch.Tensor,
                                  text: torch.Tensor, noise: torch.Tensor, steps: int, guidance: float,
                                  fps: float | None = None) -> torch.Tensor:
-        """The pipeline's image-to-video loop on cached inputs: latent frame 0 clean, the rest from `noise`,
-        the network's timestep the scheduler's (sigma x 1000), guidance against the dropped text (row 1)."""
-        from worldtune.train.adapters import unwrap
-
-        config, dtype = unwrap(transformer).config, next(transformer.parameters()).dtype
-        prompt, dropped = (row[row != PAD_ID] for row in text[0])
-        x = noise.float().clone()
-        x[:, :, :1] = x0[:, :, :1].float()
-        noisy = torch.ones(1, 1, x.shape[2], 1, 1, device=x.device)
-        noisy[:, :, 0] = 0.0
-        scheduler.set_timesteps(steps, device=x.device)
-        for t in scheduler.timesteps:
-            frame_sigma = torch.full((x.shape[2],), float(t) / NUM_TRAIN_TIMESTEPS, device=x.device)
-
-            def velocity(ids: torch.Tensor) -> torch.Tensor:
-                kw = transformer_inputs(config, ids, x.to(dtype), frame_sigma, 1, fps)
-                return transformer(**kw)[0][0].float() * noisy  # [1, C, T, H, W]
-
-            v = velocity(prompt)
-            if guidance > 1.0:
-                v_drop = velocity(dropped)
-                v = v_drop + guidance * (v - v_drop)
-            x = scheduler.step(v, t, x, return_dict=False)[0]
-        return x
+        """The pipeline's image-to-video loop on cached inputs (see `sample_clean_first`)."""
+        return sample_clean_first(transformer, scheduler, x0, text, noise, steps, guidance,
+                                  lambda config, ids, x, sigma: transformer_inputs(config, ids, x, sigma, 1, fps))
 
     def forward_flops(self, frames: int, height: int, width: int, batch: int = 1,
                       text_tokens: int | None = None, cond_frames: int = 0) -> FlopCount:
@@ -433,3 +411,33 @@ class Cosmos3(ModelFamily):
         return {"base_model": self.spec.name, "family": self.name, "hidden_size": t["hidden_size"],
                 "num_layers": t["num_hidden_layers"]}
 
+
+@torch.no_grad()
+def sample_clean_first(transformer: torch.nn.Module, scheduler, x0: torch.Tensor, text: torch.Tensor,
+                       noise: torch.Tensor, steps: int, guidance: float, inputs) -> torch.Tensor:
+    """The pipeline's denoising loop on cached inputs, latent frame 0 of `x0` clean and the rest from `noise`, the
+    network's timestep the scheduler's (sigma x 1000), guidance against the dropped text (row 1 of `text` [1, 2, L]).
+
+    `inputs(config, ids, x, frame_sigma)` builds the transformer's keyword arguments: image-to-video and forward
+    dynamics (which adds the clean action tokens) differ only there."""
+    from worldtune.train.adapters import unwrap
+
+    config, dtype = unwrap(transformer).config, next(transformer.parameters()).dtype
+    prompt, dropped = (row[row != PAD_ID] for row in text[0])
+    x = noise.float().clone()
+    x[:, :, :1] = x0[:, :, :1].float()
+    noisy = torch.ones(1, 1, x.shape[2], 1, 1, device=x.device)
+    noisy[:, :, 0] = 0.0
+    scheduler.set_timesteps(steps, device=x.device)
+    for t in scheduler.timesteps:
+        frame_sigma = torch.full((x.shape[2],), float(t) / NUM_TRAIN_TIMESTEPS, device=x.device)
+
+        def velocity(ids: torch.Tensor) -> torch.Tensor:
+            return transformer(**inputs(config, ids, x.to(dtype), frame_sigma))[0][0].float() * noisy
+
+        v = velocity(prompt)
+        if guidance > 1.0:
+            v_drop = velocity(dropped)
+            v = v_drop + guidance * (v - v_drop)
+        x = scheduler.step(v, t, x, return_dict=False)[0]
+    return x

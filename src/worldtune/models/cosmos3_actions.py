@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from worldtune.errors import ConfigError, DatasetError, GenerationError
-from worldtune.models.cosmos3 import NUM_TRAIN_TIMESTEPS, PAD_ID, _pipeline_view, transformer_inputs
+from worldtune.models.cosmos3 import PAD_ID, _pipeline_view, sample_clean_first, transformer_inputs
 from worldtune.models.cosmos3_domains import ActionDomain
 
 MODE = "forward_dynamics"
@@ -76,7 +76,6 @@ def predict_forward_dynamics(model: nn.Module, batch, text: torch.Tensor, action
     """Velocity [B, 48, T, H, W] for a noised FlowBatch whose first latent frame is clean; one transformer call
     per sample. `text` is the family's [B, 2, L] token ids (`batch.text_keep` picks the row), `actions`
     [B, K, D] normalised chunks, `domain_ids` [B]."""
-    from worldtune.models.cosmos3 import PAD_ID
     from worldtune.train.adapters import unwrap
 
     if bool((batch.num_cond != 1).any()):
@@ -92,35 +91,14 @@ def predict_forward_dynamics(model: nn.Module, batch, text: torch.Tensor, action
     return torch.cat(preds)
 
 
-@torch.no_grad()
 def sample_forward_dynamics(transformer: nn.Module, scheduler, x0: torch.Tensor, text: torch.Tensor,
                             actions: torch.Tensor, domain_id: int, noise: torch.Tensor, steps: int, guidance: float,
                             fps: float | None = None) -> torch.Tensor:
-    """The pipeline's forward-dynamics loop on cached inputs (the trainer's validation videos): latent frame 0 of
-    `x0` clean, the rest from `noise`, every action step clean in both guidance branches, guidance against the
-    dropped text (row 1 of `text` [1, 2, L]). `actions` [1, K, D] normalised."""
-    from worldtune.train.adapters import unwrap
-
-    config, dtype = unwrap(transformer).config, next(transformer.parameters()).dtype
-    prompt, dropped = (row[row != PAD_ID] for row in text[0])
-    x = noise.float().clone()
-    x[:, :, :1] = x0[:, :, :1].float()
-    noisy = torch.ones(1, 1, x.shape[2], 1, 1, device=x.device)
-    noisy[:, :, 0] = 0.0
-    scheduler.set_timesteps(steps, device=x.device)
-    for t in scheduler.timesteps:
-        frame_sigma = torch.full((x.shape[2],), float(t) / NUM_TRAIN_TIMESTEPS, device=x.device)
-
-        def velocity(ids: torch.Tensor) -> torch.Tensor:
-            kw = forward_dynamics_inputs(config, ids, x.to(dtype), frame_sigma, actions[0], domain_id, fps)
-            return transformer(**kw)[0][0].float() * noisy
-
-        v = velocity(prompt)
-        if guidance > 1.0:
-            v_drop = velocity(dropped)
-            v = v_drop + guidance * (v - v_drop)
-        x = scheduler.step(v, t, x, return_dict=False)[0]
-    return x
+    """The pipeline's forward-dynamics loop on cached inputs (the trainer's validation videos): every action step
+    clean in both guidance branches; `actions` [1, K, D] normalised (loop: `cosmos3.sample_clean_first`)."""
+    return sample_clean_first(transformer, scheduler, x0, text, noise, steps, guidance,
+                              lambda config, ids, x, sigma: forward_dynamics_inputs(config, ids, x, sigma, actions[0],
+                                                                                    domain_id, fps))
 
 
 # ------------------------------------------------------------------------------ prompts and canvas
