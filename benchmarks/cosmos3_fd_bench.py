@@ -31,12 +31,16 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cosmos3_bench import keep_fp32_modules, sync  # noqa: E402
 
 H200_PEAK_TFLOPS = 989.0
 TRAIN_VARIANTS = {"eager": False, "compiled": True}
@@ -68,18 +72,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.variants is None:
         args.variants = "eager,compiled" if args.device.startswith("cuda") else "eager"
     return args
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def keep_fp32_modules(model: torch.nn.Module) -> torch.nn.Module:
-    """What from_pretrained(torch_dtype=bf16) does: the modules the class lists stay in fp32."""
-    for name in getattr(model, "_keep_in_fp32_modules", None) or ():
-        getattr(model, name).float()
-    return model
 
 
 def caption_ids(canvas: tuple[int, int], chunk: int, fps: float) -> torch.Tensor:

@@ -22,11 +22,15 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
-from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cosmos3_bench import sync, timed  # noqa: E402
 
 TASK = "Pick up the red cube and put it in the blue bowl."
 
@@ -53,31 +57,6 @@ def parse() -> argparse.Namespace:
     args.steps = [int(s) for s in str(args.steps).split(",") if s]
     args.guidance = [float(g) for g in str(args.guidance).split(",") if g]
     return args
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@contextmanager
-def timed_calls(module, method: str, sink: list[float], device: torch.device):
-    """Time `module.<method>` calls made inside the block (the pipeline calls them internally)."""
-    orig = getattr(module, method)
-
-    def wrapped(*a, **k):
-        sync(device)
-        t0 = time.perf_counter()
-        out = orig(*a, **k)
-        sync(device)
-        sink.append(time.perf_counter() - t0)
-        return out
-
-    setattr(module, method, wrapped)
-    try:
-        yield
-    finally:
-        delattr(module, method)
 
 
 def build(args, device: torch.device):
@@ -120,8 +99,8 @@ def bench_pair(pipe, args, device, frame, actions, steps: int, guidance: float) 
     video = None
     for _ in range(args.repeats):
         step_calls: list[float] = []
-        with timed_calls(pipe.transformer, "forward", step_calls, device), \
-                timed_calls(pipe.vae, "encode", enc, device), timed_calls(pipe.vae, "decode", dec, device):
+        with timed(pipe.transformer, "forward", step_calls, device), \
+                timed(pipe.vae, "encode", enc, device), timed(pipe.vae, "decode", dec, device):
             sync(device)
             t0 = time.perf_counter()
             video = forward_dynamics(pipe, frame, actions, domain, TASK, seed=args.seed, steps=steps, **kw)
