@@ -143,8 +143,10 @@ class ForwardTimer:
 
 @contextmanager
 def timed(module, method: str, sink: list[float], device: torch.device):
-    """Time `module.<method>` calls made inside the block (the pipeline calls the VAE internally)."""
+    """Time calls of `module.<method>` (an instance's method, or a module-level function) made inside the
+    block: the pipeline calls the VAE internally, `Cosmos3.generate` calls `frames.decode_to_frames`."""
     orig = getattr(module, method)
+    own = method in vars(module)  # a module's function: put it back; an instance's method: drop the override
 
     def wrapped(*a, **k):
         sync(device)
@@ -158,7 +160,10 @@ def timed(module, method: str, sink: list[float], device: torch.device):
     try:
         yield
     finally:
-        delattr(module, method)
+        if own:
+            setattr(module, method, orig)
+        else:
+            delattr(module, method)
 
 
 def peak_gib(device: torch.device) -> float | None:
@@ -199,26 +204,6 @@ def generate_once(name: str, pipe, family, args, image: np.ndarray, steps: int, 
         with encode_leading_frames(pipe, 1):
             return pipe(PROMPT, **kw, **template_flags(PROMPT)).video
     return pipe(PROMPT, **kw).video
-
-
-@contextmanager
-def timed_function(module, name: str, sink: list[float], device: torch.device):
-    """Time calls of the module-level function `module.<name>` made inside the block."""
-    orig = getattr(module, name)
-
-    def wrapped(*a, **k):
-        sync(device)
-        t0 = time.perf_counter()
-        out = orig(*a, **k)
-        sync(device)
-        sink.append(time.perf_counter() - t0)
-        return out
-
-    setattr(module, name, wrapped)
-    try:
-        yield
-    finally:
-        setattr(module, name, orig)
 
 
 def as_uint8(video: np.ndarray) -> tuple[np.ndarray, float]:
@@ -300,7 +285,7 @@ def bench_generation(args, spec, family, device: torch.device, dtype: torch.dtyp
             sync(device)
             t0 = time.perf_counter()
             with timed(pipe.vae, "encode", enc, device), timed(pipe.vae, "decode", dec, device), \
-                    timed_function(frames_module, "decode_to_frames", dec, device):
+                    timed(frames_module, "decode_to_frames", dec, device):
                 video = generate_once(name, pipe, family, args, image, args.steps)
             sync(device)
             seconds = time.perf_counter() - t0
