@@ -9,7 +9,7 @@ loss of `FlowMatchingLoss` with NVIDIA's Cosmos 3 objective at the tier's canvas
 prediction `predict_forward_dynamics` (text, video latents, one clean token per action step).
 
 Default shape, after NVIDIA's DROID forward-dynamics recipe: 17 frames (16 actions of the 10-D `droid_lerobot`
-domain) at the 480 tier, the clip filling the 480x832 canvas (latents [48, 5, 30, 52], 7,800 video tokens), the
+domain) at the 480 tier, the clip filling the 480x832 canvas (latents [48, 5, 30, 52], 1,950 video tokens after 2x2 patching), the
 pipeline's JSON action caption tokenized by worldtune's offline byte-level tokenizer (one token per character,
 so longer than Qwen's tokenization of the same caption: the text share of the step is an upper bound). Latents
 and actions are random: no VAE runs, as when training from the cache.
