@@ -100,7 +100,8 @@ def train_and_evaluate(out: Path, model: Path, args: argparse.Namespace) -> dict
     from worldtune.train.trainer import Trainer
 
     ds = out / "ds"
-    prepare_run(load_config(None, [
+    if not (ds / "actions.json").exists():
+      prepare_run(load_config(None, [
         "--prepare.source", str(out / "lerobot"), "--prepare.out", str(ds), "--prepare.num_frames", "9",
         "--prepare.stride", "2", "--prepare.workers", "4", "--prepare.val_fraction", "0.25",
         "--prepare.prompt_template", "plain", "--prepare.actions.key", "action", "--prepare.clip_policy", "sliding",
@@ -110,13 +111,13 @@ def train_and_evaluate(out: Path, model: Path, args: argparse.Namespace) -> dict
     cache_run(load_config(None, [*fd, "--cache.dataset", str(ds), "--cache.dtype", "fp32"]))
     t0 = time.time()
     summary = Trainer(load_config(None, [
-        *fd, "--train.dataset", str(ds), "--train.out", str(out / "run"), "--train.steps", str(args.steps),
+        *fd, "--train.dataset", str(ds), "--train.out", str(out / f"run_{args.steps}"), "--train.steps", str(args.steps),
         "--train.lr", str(args.lr), "--train.warmup", "20", "--train.batch_size", str(args.batch),
         "--train.val_videos", "0", "--train.tensorboard", "false", "--train.checkpoint.every", "0",
         "--train.log_every", str(max(1, args.steps // 10))])).fit()
     train_s = time.time() - t0
     results = evaluate(load_config(None, [
-        "--model.path", str(model), "--evaluate.mode", "actions", "--evaluate.out", str(out / "eval"),
+        "--model.path", str(model), "--evaluate.mode", "actions", "--evaluate.out", str(out / f"eval_{args.steps}"),
         "--evaluate.metrics", '["pixels"]', "--evaluate.workers", "2", "--evaluate.actions.dataset", str(ds),
         "--evaluate.actions.steps", str(args.eval_steps), "--evaluate.actions.seeds", "[0, 1]",
         "--evaluate.actions.adapters", f'[{{path = "{summary["export"]}", name = "fd"}}]']))
@@ -147,19 +148,21 @@ def main() -> None:
 
     out, device = Path(args.out), "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.time()
-    write_demo_dataset(out / "lerobot", episodes=args.episodes, workers=4)
-    init_model_dir("tiny-cosmos3", out / "model")
-    result: dict = {"args": vars(args), "vae": fit_vae(out / "model", out / "lerobot", args.vae_steps, args.vae_batch,
-                                                         args.vae_lr, device)}
+    result: dict = {"args": vars(args)}
+    if not (out / "model" / "model_index.json").exists():  # else: a finished fit of an earlier run, reused
+        write_demo_dataset(out / "lerobot", episodes=args.episodes, workers=4)
+        init_model_dir("tiny-cosmos3", out / "model")
+        result["vae"] = fit_vae(out / "model", out / "lerobot", args.vae_steps, args.vae_batch, args.vae_lr, device)
     result["meta"] = {"device": torch.cuda.get_device_name() if device == "cuda" else platform.machine(),
                       "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    result["oracle"] = oracle(out / "lerobot", out / "model")
-    print("oracle:", json.dumps(result["oracle"]), flush=True)
+    if "vae" in result:
+        result["oracle"] = oracle(out / "lerobot", out / "model")
+    print("oracle:", json.dumps(result.get("oracle")), flush=True)
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")  # kept if a later phase is cut short
     result.update(train_and_evaluate(out, out / "model", args))
     result["meta"]["wall_s"] = round(time.time() - t0, 1)
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("oracle", "train", "train_seconds", "evaluate")}, indent=1))
+    print(json.dumps({k: result.get(k) for k in ("oracle", "train", "train_seconds", "evaluate")}, indent=1))
 
 
 if __name__ == "__main__":
