@@ -625,6 +625,48 @@ class TrajectoriesConfig(Section):
 
 
 # ----------------------------------------------------------------------------------------- serve
+class ServeJudgeConfig(Section):
+    """`[serve.judge]`: score every recorded rollout with the VLM judge (eval/judge.py) when it ends.
+
+    Separate from `[evaluate]`'s judge_* keys because a server asks one rollout at a time while a policy
+    waits for its `end` answer: the defaults fail fast (short timeout, one retry, a breaker that retries
+    after a minute) where an offline evaluation can afford to wait."""
+
+    endpoint: str | None = Field(None, description="OpenAI-compatible chat-completions URL of the judge (a vLLM "
+                                 "server of Cosmos-Reason2: http://localhost:8000/v1); None = rollouts are not judged")
+    model: str = Field("nvidia/Cosmos-Reason2-2B", description="model name sent to the judge")
+    success_rubric: str = Field("task_success", description="rubric (shipped name or YAML path) whose top score means "
+                                "the task is done; gives `success`")
+    progress_rubric: str = Field("task_progress", description="rubric (shipped name or YAML path) scoring how far the "
+                                 "task got; its score scaled to 0..1 gives `progress`")
+    extra_rubrics: list[str] = Field(default_factory=list, description="more rubrics to ask each rollout (e.g. "
+                                     "physical_plausibility); their scores are reported under `rubrics`")
+    fps: float = Field(16.0, description="frame rate the episode's video is resampled to for the judge (at most the "
+                       "episode's own)")
+    input: Literal["video", "images"] = Field("video", description="one mp4 video part, or JPEG image parts")
+    max_images: int = Field(32, description="images mode: frames sent at most")
+    timeout: float = Field(120.0, description="seconds per judge request")
+    retries: int = Field(1, description="extra attempts on 5xx/429/timeouts/refused connections, exponential backoff")
+    backoff: float = Field(1.0, description="seconds before the first retry; doubles each retry")
+    max_tokens: int = Field(512, description="reply length limit")
+    max_consecutive_failures: int = Field(2, description="circuit breaker: after this many failed requests in a row "
+                                          "the judge is not asked (scores None, error reported)")
+    retry_after: float = Field(60.0, description="seconds an open circuit breaker waits before asking the judge again")
+    api_key_env: str | None = Field(None, description="environment variable holding a bearer token")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each judge request (e.g. "
+                                       "{mm_processor_kwargs = {fps = 16}} on vLLM)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServeJudgeConfig":
+        if self.fps <= 0 or self.timeout <= 0:
+            raise ValueError("serve.judge.fps and serve.judge.timeout must be > 0")
+        if self.retries < 0 or self.backoff < 0 or self.retry_after < 0:
+            raise ValueError("serve.judge.retries, backoff and retry_after must be >= 0")
+        if self.max_consecutive_failures < 1 or self.max_images < 1 or self.max_tokens < 1:
+            raise ValueError("serve.judge.max_consecutive_failures, max_images and max_tokens must be >= 1")
+        return self
+
+
 class ServeConfig(Section):
     """`worldtune serve`: a Cosmos 3 forward-dynamics world model kept loaded, stepped by a policy over HTTP."""
 
@@ -658,9 +700,14 @@ class ServeConfig(Section):
                                "dataset per episode); None = do not record")
     lossless: bool = Field(True, description="lossless video in the recorded episodes")
     device: str = Field("auto", description="auto = cuda when available, else cpu")
+    judge: ServeJudgeConfig = Field(default_factory=ServeJudgeConfig, description="score each recorded rollout "
+                                    "with a VLM judge (success, progress) when serve.judge.endpoint is set")
 
     @model_validator(mode="after")
     def _check(self) -> "ServeConfig":
+        if self.judge.endpoint and self.record is None:
+            raise ValueError("serve.judge.endpoint is set but serve.record is none: the judge scores the recorded "
+                             "episode, so set serve.record to a folder (or unset the endpoint)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"serve.port must be 0..65535, got {self.port}")
         if self.chunk_size is not None and (self.chunk_size < 4 or self.chunk_size % 4):

@@ -36,6 +36,7 @@ class FakeJudge:
         self.requests: list[dict] = []
         self.fail_first = 0  # answer HTTP 500 to this many requests first
         self.garbage_every = 0  # every k-th request gets an answer without a score line
+        self.reply = None  # a function body -> answer text, in place of the scores below
         self.lock = threading.Lock()
 
     def answer(self, body: dict) -> tuple[int, dict | None]:
@@ -44,6 +45,8 @@ class FakeJudge:
             n = len(self.requests)
             if n <= self.fail_first:
                 return 500, None
+        if self.reply is not None:
+            return 200, self._completion(body, n, self.reply(body))
         parts = body["messages"][1]["content"]
         media = [p for p in parts if p["type"] in ("video_url", "image_url")]
         text = parts[-1]["text"]
@@ -53,8 +56,12 @@ class FakeJudge:
             score = 5 if "red cube" in text else 1
         content = f"Looking at the video.\n{score}\nThe motion is plausible." if not (
             self.garbage_every and n % self.garbage_every == 0) else "I cannot tell, maybe 7 or so."
-        return 200, {"id": f"c{n}", "object": "chat.completion", "model": body["model"],
-                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}
+        return 200, self._completion(body, n, content)
+
+    @staticmethod
+    def _completion(body: dict, n: int, content: str) -> dict:
+        return {"id": f"c{n}", "object": "chat.completion", "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}
 
 
 @pytest.fixture()

@@ -35,6 +35,18 @@ def test_shipped_rubrics():
         load_rubric("nonexistent")
 
 
+def test_task_rubrics_of_other_scales():
+    """The rollout rubrics of `worldtune serve`: a 0/1 verdict and a 0..4 progress, read by the same parser."""
+    from worldtune.eval.judge import JudgeResult
+
+    success, progress = load_rubric("task_success"), load_rubric("task_progress")
+    assert (success.scale, progress.scale) == ((0, 1), (0, 4))
+    assert success.needs_instruction and progress.needs_instruction and "stack the cups" in success.prompt("stack the cups")
+    assert parse_score("0\nnot yet", success.scale) == 0 and parse_score("3", success.scale) is None
+    r = JudgeResult("a", "task_success", 0, "Looking.\n0\nThe cup is still on the table.")
+    assert r.explanation == "Looking.\nThe cup is still on the table."
+
+
 def test_parse_score():
     assert parse_score("4\nbecause") == 4
     assert parse_score("Let me look.\n **3** \nok") == 3

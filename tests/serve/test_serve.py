@@ -66,7 +66,7 @@ def _through_yuv420p(frames: np.ndarray) -> np.ndarray:
 def _rollout(client: Client, seed: int) -> tuple[dict, list[dict], str | None]:
     obs = client.reset(_first_frames(), TASK, seed=seed)
     chunks = [client.step(policy(c)) for c in range(CHUNKS)]
-    return obs, chunks, client.end()
+    return obs, chunks, client.end().recorded
 
 
 def test_a_scripted_policy_rolls_out_and_is_recorded(server):
@@ -186,4 +186,139 @@ def test_a_model_without_action_heads_is_refused_in_one_line(tiny_model_dir):
     cfg = load_config(None, ["--model.path", str(tiny_model_dir), "--serve.device", "cpu"])
     with pytest.raises(ConfigError, match="has no Cosmos 3 action heads") as e:
         load_world(cfg)
+    assert "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------- the judge
+def _judge(endpoint: str, *overrides: str):
+    """A judge built from `[serve.judge]` settings, as `load_world` builds it."""
+    from worldtune.serve.judging import rollout_judge
+
+    cfg = load_config(None, ["--serve.judge.endpoint", endpoint, "--serve.judge.backoff", "0.01", *overrides])
+    return rollout_judge(cfg.serve.judge)
+
+
+def _judge_on(monkeypatch, server, endpoint: str, *overrides: str):
+    """A judge put on the running server (as `serve.judge.endpoint` in its config would)."""
+    judge = _judge(endpoint, *overrides)
+    monkeypatch.setattr(server.world, "judge", judge)
+    return judge
+
+
+def _scripted_judge(body: dict) -> str:
+    """Answers the success rubric "completed" and the progress rubric "3 of 4", by the rubric's own words."""
+    prompt = body["messages"][1]["content"][-1]["text"]
+    return "1\nThe cube is in the bowl." if "1 (completed)" in prompt else "**3**\nThe cube is above the bowl."
+
+
+def _one_chunk(client: Client, seed: int = 0):
+    client.reset(_first_frames(), TASK, seed=seed)
+    client.step(policy(0))
+    return client.end()
+
+
+def test_the_judge_scores_every_ended_rollout_and_writes_it_beside_the_episode(server, judge_server, monkeypatch,
+                                                                               tmp_path):
+    import base64
+    import json
+    from pathlib import Path
+
+    from worldtune.data.lerobot import LeRobotDataset
+    from worldtune.eval.video import read_video
+
+    judge_server.reply = _scripted_judge
+    _judge_on(monkeypatch, server, judge_server.url)
+    client = Client(server.url)
+    ended = _one_chunk(client)
+    assert (ended.success, ended.progress) == (True, 0.75)
+    verdict = ended.judge
+    assert verdict["rubrics"]["task_success"]["explanation"] == "The cube is in the bowl."
+    assert verdict["rubrics"]["task_progress"]["scale"] == [0, 4] and verdict["errors"] == 0
+    assert json.loads((Path(ended.recorded) / "judge.json").read_text()) == verdict  # what a ranking script reads
+
+    # what the judge was sent: the instruction under both rubrics, and every camera side by side
+    assert len(judge_server.requests) == 2
+    ds = LeRobotDataset(ended.recorded)
+    cams = [ds.episode_frames(ds.episodes[0], k) for k in ds.camera_keys()]
+    assert verdict["cameras"] == ds.camera_keys() and len(cams) == 3
+    for body in judge_server.requests:
+        parts = body["messages"][1]["content"]
+        assert f'instructed to: "{TASK}"' in parts[-1]["text"] and parts[0]["type"] == "video_url"
+        (tmp_path / "sent.mp4").write_bytes(base64.b64decode(parts[0]["video_url"]["url"].split(",")[1]))
+        sent = read_video(tmp_path / "sent.mp4")[0].astype(float)
+        assert sent.shape == (1 + K, 32, 3 * 56, 3)  # 15 fps episode, judged at <= 16 fps: every frame
+        for i in range(3):  # each third of the judged video is its camera (through two lossy encodes), no other
+            err = [np.abs(sent[..., 56 * i:56 * (i + 1), :] - c).mean() for c in cams]
+            assert err[i] < 0.5 * min(e for j, e in enumerate(err) if j != i), err
+    # judging the recording later, from its folder alone (the videos read back): the same scores
+    again = _judge(judge_server.url)(Path(ended.recorded), TASK)
+    assert (again["success"], again["progress"], again["cameras"]) == (True, 0.75, verdict["cameras"])
+    assert len(judge_server.requests) == 4
+
+    # a rollout ended by the next reset is judged too, and so is the gym wrapper's at its last chunk
+    client.reset(_first_frames(), TASK, seed=1)
+    client.step(policy(0))
+    client.reset(_first_frames(), TASK, seed=2)
+    env = WorldModelEnv(client, _first_frames(), TASK, max_chunks=1)
+    env.reset()
+    *_, truncated, info = env.step(policy(0))
+    assert truncated and (info["success"], info["progress"]) == (True, 0.75) and info["judge"]["errors"] == 0
+    assert (Path(info["recorded"]) / "judge.json").is_file() and env.ended[-1].judge == info["judge"]
+    over = sorted(Path(server.world.record).glob("episode_*"))[-3]  # ended by reset: recorded and judged
+    assert json.loads((over / "judge.json").read_text())["success"] is True
+    # the gym rollout repeats the first (seed 0, same frames and actions): the same video, answered from the cache
+    assert len(judge_server.requests) == 6 and info["judge"]["rubrics"]["task_success"]["status"] == "cached"
+    assert client.info()["judge"]["judged"] == 3
+    env.close()
+
+
+def test_a_failing_judge_never_fails_the_rollout_or_its_recording(server, judge_server, monkeypatch):
+    import json
+    from pathlib import Path
+
+    from worldtune.data.lerobot import LeRobotDataset
+
+    client = Client(server.url)
+    judge_server.reply = lambda body: "I cannot tell, maybe 7 or so."  # no score line
+    _judge_on(monkeypatch, server, judge_server.url)
+    ended = _one_chunk(client)
+    assert LeRobotDataset(ended.recorded).episodes[0].length == 1 + K
+    assert (ended.success, ended.progress) == (None, None) and ended.judge["errors"] == 2
+    assert "no score in the answer" in ended.judge["error"]
+    assert json.loads((Path(ended.recorded) / "judge.json").read_text())["error"] == ended.judge["error"]
+
+    # a judge server that answers 500: the breaker opens after 2 failures, spares the next rollout its requests,
+    # and once retry_after has passed asks again (the judge is back)
+    judge_server.reply, judge_server.fail_first, sent = _scripted_judge, 10 ** 6, len(judge_server.requests)
+    judge = _judge_on(monkeypatch, server, judge_server.url, "--serve.judge.retries", "0",
+                      "--serve.judge.retry_after", "600")
+    first, second = _one_chunk(client), _one_chunk(client)
+    assert "HTTP 500" in first.judge["error"] and first.success is None
+    assert "judge stopped after 2 failed requests" in second.judge["error"]
+    assert len(judge_server.requests) == sent + 2 and judge.failed == 2
+    assert LeRobotDataset(second.recorded).episodes[0].length == 1 + K
+    judge_server.fail_first = 0
+    assert _one_chunk(client).judge["error"] == second.judge["error"]  # still within retry_after: not asked
+    judge.judge.retry_after = 0.0  # as if the 600 s had passed
+    assert _one_chunk(client).progress == 0.75 and judge.judged == 1 and len(judge_server.requests) == sent + 4
+
+    # nothing listening at all: reported, recorded
+    _judge_on(monkeypatch, server, "http://127.0.0.1:9/v1", "--serve.judge.retries", "0")
+    ended = _one_chunk(client)
+    assert "cannot reach" in ended.judge["error"] and ended.judge["errors"] == 2 and Path(ended.recorded).is_dir()
+    assert client.info()["judge"]["failed"] == 1
+
+
+def test_no_judge_endpoint_means_no_judging(server, tmp_path):
+    from pathlib import Path
+
+    from worldtune.errors import ConfigError
+    from worldtune.serve.judging import rollout_judge
+
+    assert rollout_judge(load_config(None, []).serve.judge) is None and server.world.judge is None
+    ended = _one_chunk(Client(server.url))
+    assert ended.judge is None and ended.success is None and Client(server.url).info()["judge"] is None
+    assert sorted(p.name for p in Path(ended.recorded).iterdir()) == ["data", "meta", "videos"]
+    with pytest.raises(ConfigError, match="serve.record is none") as e:
+        load_config(None, ["--serve.judge.endpoint", "http://127.0.0.1:8000/v1", "--serve.record", "none"])
     assert "\n" not in str(e.value)

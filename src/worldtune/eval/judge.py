@@ -16,7 +16,9 @@ A reply that is cut short, garbled or not HTTP at all is retried like a dropped 
 when retries run out, is that video's `error` (counted), never a crash that loses finished
 scores. A circuit breaker stops asking after `max_consecutive_failures` requests in a row have
 failed (the server is down): the remaining videos are marked `error` at once instead of each
-waiting through its timeouts and retries.
+waiting through its timeouts and retries. A long-lived caller (`worldtune serve`) sets `retry_after`,
+so the breaker lets a request through again after that many seconds: a judge server that comes back
+is used again, and one that is still down costs one failed request per `retry_after`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -119,12 +121,20 @@ def sample_times(num_frames: int, src_fps: float, fps: float) -> np.ndarray:
 
 def video_content(path: str | Path, fps: float, mode: Literal["video", "images"] = "video",
                   max_images: int = 32) -> list[dict[str, Any]]:
-    """The video as chat content parts: one mp4 `video_url` part, or JPEG `image_url` parts."""
-    import cv2
-
-    from worldtune.eval.video import encode_video, read_video
+    """The video file as chat content parts: one mp4 `video_url` part, or JPEG `image_url` parts."""
+    from worldtune.eval.video import read_video
 
     frames, src_fps = read_video(path)
+    return frames_content(frames, src_fps, fps, mode, max_images)
+
+
+def frames_content(frames: np.ndarray, src_fps: float, fps: float, mode: Literal["video", "images"] = "video",
+                   max_images: int = 32) -> list[dict[str, Any]]:
+    """Frames [T, H, W, 3] uint8 at `src_fps` as chat content parts, resampled to `fps`."""
+    import cv2
+
+    from worldtune.eval.video import encode_video
+
     frames = frames[sample_times(len(frames), src_fps, fps)]
     if mode == "video":
         data = base64.b64encode(encode_video(frames, fps=min(fps, src_fps) if src_fps > 0 else fps)).decode()
@@ -136,6 +146,13 @@ def video_content(path: str | Path, fps: float, mode: Literal["video", "images"]
         ok, jpg = cv2.imencode(".jpg", cv2.cvtColor(f, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
         parts.append({"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(jpg.tobytes()).decode()}})
     return parts
+
+
+def frames_hash(frames: np.ndarray, fps: float) -> str:
+    """sha256 of frames held in memory (shape, rate and pixels): their cache key, apart from files' keys."""
+    h = hashlib.sha256(f"frames {list(frames.shape)} {fps:g} ".encode())
+    h.update(np.ascontiguousarray(frames, np.uint8).data)
+    return h.hexdigest()
 
 
 def file_hash(path: str | Path) -> str:
@@ -257,11 +274,13 @@ class JudgeResult:
 
     @property
     def explanation(self) -> str:
-        """The answer without its score line: what the report shows next to the video."""
+        """The answer without its score line: what the report shows next to the video. The line is found by
+        the score itself, so rubrics of any scale (a 0/1 verdict too) lose exactly that line."""
         lines = (self.text or "").strip().splitlines()
-        for i, line in enumerate(lines):
-            if parse_score(line) is not None:
-                return "\n".join(lines[:i] + lines[i + 1:]).strip()
+        if self.score is not None:
+            for i, line in enumerate(lines):
+                if parse_score(line, (self.score, self.score)) is not None:
+                    return "\n".join(lines[:i] + lines[i + 1:]).strip()
         return "\n".join(lines).strip()
 
 
@@ -284,6 +303,7 @@ class Judge:
     api_key: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"mm_processor_kwargs": {"fps": 16}}
     max_consecutive_failures: int = 3  # the breaker: this many failed requests in a row = the server is down
+    retry_after: float | None = None  # seconds before an open breaker lets a request through again; None: never
 
     def __post_init__(self) -> None:
         self._rubrics = [r if isinstance(r, Rubric) else load_rubric(r) for r in self.rubrics]
@@ -292,6 +312,7 @@ class Judge:
         self.cache = JudgeCache(self.cache_path)
         self._failures = 0  # consecutive failed requests, across threads
         self._down: str | None = None  # why the breaker opened
+        self._down_since = 0.0  # time.monotonic() when it opened
         self._state = threading.Lock()
 
     def _record(self, error: str | None) -> None:
@@ -301,8 +322,20 @@ class Judge:
                 return
             self._failures += 1
             if self._failures >= max(1, self.max_consecutive_failures) and self._down is None:
-                self._down = (f"judge stopped after {self._failures} failed requests in a row (last: {error}); "
-                              "start the server and rerun: finished scores are cached")
+                again = (f"it is asked again after {self.retry_after:g} s" if self.retry_after is not None
+                         else "start the server and rerun: finished scores are cached")
+                self._down = f"judge stopped after {self._failures} failed requests in a row (last: {error}); {again}"
+                self._down_since = time.monotonic()
+
+    def _breaker(self) -> str | None:
+        """Why requests are not sent now (the breaker is open), or None. After `retry_after` seconds the breaker
+        half-opens: the next request is sent, and since the failure count stays at the limit, one more failure
+        opens it again at once."""
+        with self._state:
+            if (self._down is not None and self.retry_after is not None
+                    and time.monotonic() - self._down_since >= self.retry_after):
+                self._down = None
+            return self._down
 
     @property
     def rubric_list(self) -> list[Rubric]:
@@ -317,13 +350,24 @@ class Judge:
 
     def judge_video(self, item: JudgeItem) -> list[JudgeResult]:
         """Every rubric for one video; the video is encoded once and only if some answer is not cached."""
-        from worldtune.eval.video import VideoReadError
-
         try:
             vhash = file_hash(item.video)
         except OSError as e:
             return [JudgeResult(item.id, r.name, None, status="error", error=f"unreadable video ({e.strerror})")
                     for r in self._rubrics]
+        return self._judge(item, vhash, lambda: video_content(item.video, self.fps, self.input, self.max_images))
+
+    def judge_frames(self, item_id: str, frames: np.ndarray, fps: float, instruction: str | None) -> list[JudgeResult]:
+        """Every rubric for a video held in memory as frames [T, H, W, 3] at `fps`: encoded once, for the judge,
+        where a file would be written, read back and encoded again (`worldtune serve`'s tiled cameras)."""
+        item = JudgeItem(item_id, "", instruction)
+        return self._judge(item, frames_hash(frames, fps),
+                           lambda: frames_content(frames, fps, self.fps, self.input, self.max_images))
+
+    def _judge(self, item: JudgeItem, vhash: str, make_content: Callable[[], list[dict[str, Any]]]) -> list[JudgeResult]:
+        """The rubrics of one video known by its hash; `make_content` builds its chat parts when first needed."""
+        from worldtune.eval.video import VideoReadError
+
         content: list[dict[str, Any]] | None = None
         out = []
         for rubric in self._rubrics:
@@ -337,12 +381,13 @@ class Judge:
                 out.append(JudgeResult(item.id, rubric.name, score, hit.get("text"),
                                        status="cached" if score is not None else "parse_failed"))
                 continue
-            if self._down is not None:
-                out.append(JudgeResult(item.id, rubric.name, None, status="error", error=self._down))
+            down = self._breaker()
+            if down is not None:
+                out.append(JudgeResult(item.id, rubric.name, None, status="error", error=down))
                 continue
             try:
                 if content is None:
-                    content = video_content(item.video, self.fps, self.input, self.max_images)
+                    content = make_content()
                 text, attempts = self.client.complete(self.request_body(rubric, content, item.instruction))
             except VideoReadError as e:
                 out.append(JudgeResult(item.id, rubric.name, None, status="error", error=str(e)))
@@ -389,4 +434,5 @@ def summarize_judge(results: Sequence[JudgeResult]) -> dict[str, dict[str, Any]]
 
 
 __all__ = ["Judge", "JudgeItem", "JudgeResult", "Rubric", "load_rubric", "parse_score", "ChatClient",
-           "JudgeCache", "EndpointError", "summarize_judge", "video_content", "sample_times", "chat_url"]
+           "JudgeCache", "EndpointError", "summarize_judge", "video_content", "frames_content", "sample_times",
+           "chat_url"]

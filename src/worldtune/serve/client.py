@@ -4,7 +4,7 @@
     world = Client("http://127.0.0.1:8765")
     obs = world.reset({"exterior_1": frame}, "put the cube in the bowl", seed=0)   # {camera: [h, w, 3]}
     frames = world.step(policy(obs))                                             # {camera: [K, h, w, 3]}
-    world.end()                                                                  # the recorded episode folder
+    ended = world.end()                  # ended.recorded: the episode folder; ended.success, ended.progress: the judge's
 
 A refused request raises `ServeError` with the server's one-line reason; the rollout on the server is
 unchanged by it, so the policy may send a corrected chunk.
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from worldtune.errors import ServeError
-from worldtune.serve.protocol import VERSION, decode_frames, encode_array, encode_frames
+from worldtune.serve.protocol import VERSION, Ended, decode_frames, encode_array, encode_frames
 
 
 class Client:
@@ -53,9 +53,10 @@ class Client:
         answer = self._call("POST", "/step", {"actions": payload})
         return decode_frames(answer["frames"], "frames")
 
-    def end(self) -> str | None:
-        """End the rollout; returns the folder it was recorded to (None: not recorded)."""
-        return self._call("POST", "/end", {})["recorded"]
+    def end(self) -> Ended:
+        """End the rollout: `recorded` is the folder it was recorded to (None: not recorded); with a judge on the
+        server, `success`, `progress` and `judge` (the whole verdict) score it (None: no judge, or it failed)."""
+        return Ended.from_json(self._call("POST", "/end", {}))
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None

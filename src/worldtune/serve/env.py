@@ -5,7 +5,9 @@ terminated, truncated, info)`, `close()`), and is a `gymnasium.Env` when gymnasi
 does not depend on it. One step is one action chunk [K, D]. The observation is every camera's latest frame
 {camera: [h, w, 3] uint8}; `info["frames"]` holds all K frames of the chunk. A world model has no reward
 or notion of success, so the reward is 0.0 and `terminated` is False; `truncated` turns True after
-`max_chunks` chunks. Success is judged afterwards, on the recorded episodes (`worldtune evaluate`).
+`max_chunks` chunks, and that step ends (records) the rollout, so its `info` carries "recorded" and, when the
+server has a judge (`[serve.judge]`), "success", "progress" and the whole verdict as "judge". An episode that
+runs without `max_chunks` ends at the next `reset` or `close`; `ended` lists every ended rollout.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from worldtune.serve.client import Client
+from worldtune.serve.protocol import Ended
 
 try:  # a gymnasium.Env when gymnasium is there, so its wrappers and checks accept it
     import gymnasium
@@ -34,6 +37,7 @@ class WorldModelEnv(_Base):  # type: ignore[misc, valid-type]
         self.server = self.client.info()
         self.chunks = 0
         self.recorded: list[str] = []
+        self.ended: list[Ended] = []  # every recorded rollout, with its judge's verdict (None: no judge)
         self._spaces()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -53,15 +57,21 @@ class WorldModelEnv(_Base):  # type: ignore[misc, valid-type]
         self.chunks += 1
         obs = {k: v[-1] for k, v in frames.items()}
         truncated = self.max_chunks is not None and self.chunks >= self.max_chunks
-        return obs, 0.0, False, truncated, {"frames": frames, "chunk": self.chunks}
+        info: dict[str, Any] = {"frames": frames, "chunk": self.chunks}
+        if truncated:  # the episode is over: end it now so its recording and scores come with this step
+            ended = self._end()
+            info.update(recorded=ended.recorded, judge=ended.judge, success=ended.success, progress=ended.progress)
+        return obs, 0.0, False, truncated, info
 
     def close(self) -> None:
         self._end()
 
-    def _end(self) -> None:
-        recorded = self.client.end()
-        if recorded:
-            self.recorded.append(recorded)
+    def _end(self) -> Ended:
+        ended = self.client.end()
+        if ended.recorded:
+            self.recorded.append(ended.recorded)
+            self.ended.append(ended)
+        return ended
 
     def _spaces(self) -> None:
         """gymnasium spaces when gymnasium is installed (action: one chunk; observation: one frame a camera)."""

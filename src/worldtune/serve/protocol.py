@@ -13,6 +13,7 @@ plain nested list of numbers.
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,3 +64,28 @@ def decode_frames(obj: Any, what: str) -> dict[str, np.ndarray]:
     if not isinstance(obj, dict) or not obj:
         raise ServeError(f"{what}: expected an object camera -> frame array")
     return {str(k): decode_array(v, f"{what}.{k}") for k, v in obj.items()}
+
+
+@dataclass
+class Ended:
+    """The answer to `end`: the episode folder the rollout was recorded to, and the judge's verdict on it
+    (`serve/judging.py`; None when the server has no judge or nothing was recorded). `success` and
+    `progress` are None also when the judge failed: `judge["error"]` says why."""
+
+    recorded: str | None = None
+    judge: dict[str, Any] | None = None
+
+    @property
+    def success(self) -> bool | None:
+        return (self.judge or {}).get("success")
+
+    @property
+    def progress(self) -> float | None:
+        return (self.judge or {}).get("progress")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"recorded": self.recorded, "judge": self.judge}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "Ended":
+        return cls(obj.get("recorded"), obj.get("judge"))

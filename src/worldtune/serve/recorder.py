@@ -45,11 +45,19 @@ class EpisodeRecorder:
         self._frames: dict[str, list[np.ndarray]] = {}
         self._actions: list[np.ndarray] = []
         self._task, self._columns = "", {}
+        self.written: dict[str, np.ndarray] | None = None  # the last finished episode's frames, by camera key
+
+    def take_written(self) -> dict[str, np.ndarray] | None:
+        """The frames of the episode `finish` just wrote, {camera key: [T, h, w, 3]}, handed over once (the
+        judge scores them without decoding the videos again) and then let go."""
+        written, self.written = self.written, None
+        return written
 
     def start(self, first: dict[str, np.ndarray], task: str, columns: dict[str, Any]) -> None:
         """A new rollout from its first frames {role: [1, h, w, 3]} (a rollout not finished is dropped)."""
         self._frames = {r: [f] for r, f in first.items()}
         self._actions, self._task, self._columns = [], task, dict(columns)
+        self.written = None
 
     def add(self, frames: dict[str, np.ndarray], actions: np.ndarray) -> None:
         """One chunk: the generated frames {role: [K, h, w, 3]} and the K actions that led to them."""
@@ -81,7 +89,7 @@ class EpisodeRecorder:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         tmp.rename(out)
-        self._actions, self._frames = [], {}
+        self._actions, self._frames, self.written = [], {}, frames
         return out
 
     def _next_index(self) -> int:

@@ -6,7 +6,7 @@ Endpoints (bodies and answers are JSON; arrays as in `serve/protocol.py`):
     POST /reset  {"frames": {camera: [H, W, 3] uint8}, "instruction": str, "seed": int}
                  -> {"observation": {camera: [h, w, 3]}, "episode_active": true}
     POST /step   {"actions": [K, D] float}  -> {"frames": {camera: [K, h, w, 3]}, "chunk": c}
-    POST /end    -> {"recorded": folder or null}
+    POST /end    -> {"recorded": folder or null, "judge": the judge's verdict or null (serve/judging.py)}
 
 A request that is wrong (malformed JSON, an action of the wrong width, NaN, a step before reset) gets status
 400 (409 for the order) and {"error": one line}; the server keeps serving, and the rollout is untouched, so
@@ -14,8 +14,9 @@ the next valid step continues it. An unexpected failure is 500 with its one-line
 traceback on the server's stderr. Requests are served one at a time (the model is one rollout); a second
 client's reset ends and records the first client's rollout.
 
-Stopping (Ctrl-C or SIGTERM) records the running rollout before the process exits; a kill -9 loses only
-that rollout, never a recorded one (`serve/recorder.py`).
+Stopping (Ctrl-C or SIGTERM) records (and, with a judge, scores) the running rollout before the process exits;
+a kill -9 loses only that rollout, never a recorded one (`serve/recorder.py`). The judge runs inside `end`,
+under the model's lock: /health answers meanwhile, other requests wait for it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from worldtune.config import WorldtuneConfig
 from worldtune.errors import ServeError, WorldtuneError
-from worldtune.serve.protocol import decode_array, decode_frames, encode_frames
+from worldtune.serve.protocol import Ended, decode_array, decode_frames, encode_frames
 from worldtune.serve.world import WorldModel, load_world
 
 MAX_BODY = 2 << 30  # bytes; a request larger than this is refused before it is read
@@ -51,12 +52,12 @@ class WorldServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
-    def close(self) -> Any:
-        """Record the running rollout and release the port."""
+    def close(self) -> Ended:
+        """Record (and judge) the running rollout and release the port."""
         with self.lock:
-            recorded = self.world.end()
+            ended = self.world.end()
         self.server_close()
-        return recorded
+        return ended
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -109,8 +110,7 @@ class _Handler(BaseHTTPRequestHandler):
         return {"frames": encode_frames(frames), "chunk": self.server.world.rollout.chunks}
 
     def _end(self, body: dict[str, Any]) -> dict[str, Any]:
-        recorded = self.server.world.end()
-        return {"recorded": str(recorded) if recorded else None}
+        return self.server.world.end().to_json()
 
     # ------------------------------------------------------------------ plumbing
     def _body(self) -> dict[str, Any]:
@@ -155,6 +155,9 @@ def run(cfg: WorldtuneConfig) -> None:
     print(f"worldtune serve: {w.model_label}, domain {w.actions.domain.name} ({w.actions.domain.width}-D actions), "
           f"cameras {w.layout.roles} ({w.layout.kind}), {cfg.serve.steps} steps, tier {cfg.serve.tier}; "
           f"recording to {w.record or 'nowhere'}", flush=True)
+    if w.judge is not None:
+        print(f"judging every recorded rollout with {w.judge.judge.model} at {w.judge.judge.endpoint} "
+              f"(rubrics {', '.join(r.name for r in w.judge.judge.rubric_list)})", flush=True)
     print(f"listening on {server.url} (GET /info, POST /reset /step /end)", flush=True)
 
     def stop(signum: int, frame: Any) -> None:
@@ -166,6 +169,7 @@ def run(cfg: WorldtuneConfig) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        recorded = server.close()
-        if recorded:
-            print(f"recorded the running rollout as {recorded}", flush=True)
+        ended = server.close()
+        if ended.recorded:
+            judged = f"; judge: success {ended.success}, progress {ended.progress}" if ended.judge else ""
+            print(f"recorded the running rollout as {ended.recorded}{judged}", flush=True)

@@ -2,9 +2,10 @@
 
 A rollout is `reset(first frame of every camera, instruction, seed)`, then `step(action chunk)` as often as
 the policy likes, each step generating the K frames the chunk produces from the last frame generated so far
-(autoregressive over chunks), then `end()` (or the next `reset`), which records the rollout. Chunk c of a
-rollout reset with seed s draws its noise from seed s + c, so a rollout is reproduced exactly by the same
-first frames, instruction, seed and actions.
+(autoregressive over chunks), then `end()` (or the next `reset`), which records the rollout and, with
+`[serve.judge]`, has the judge score the recording (`serve/judging.py`). Chunk c of a rollout reset with
+seed s draws its noise from seed s + c, so a rollout is reproduced exactly by the same first frames,
+instruction, seed and actions.
 
 What the model is told comes from, in order: the forward-dynamics adapter (its action domain and action
 normalisation), the prepared dataset (`serve.dataset`: camera layout, frame size, fps, and its actions.json),
@@ -27,6 +28,8 @@ from worldtune.errors import ConfigError, DatasetError, ServeError
 from worldtune.infer.dynamics import check_actions, forward_dynamics
 from worldtune.models.cosmos3_domains import ActionDomain, resolve_domain
 from worldtune.serve.cameras import CameraMap, check_stream_size, returned_size
+from worldtune.serve.judging import RolloutJudge, rollout_judge
+from worldtune.serve.protocol import Ended
 from worldtune.serve.recorder import EpisodeRecorder
 
 DEFAULT_FPS = 15.0  # DROID's rate, NVIDIA's forward-dynamics recipe
@@ -65,8 +68,9 @@ class WorldModel:
 
     def __init__(self, pipe, actions: ActionSpace, layout: Layout, size: tuple[int, int] | None, fps: float,
                  sc: ServeConfig, keys: dict[str, str], model_label: str, record: str | None = None,
-                 tier: int | None = None, view_point: str | None = None) -> None:
+                 tier: int | None = None, view_point: str | None = None, judge: RolloutJudge | None = None) -> None:
         self.pipe, self.actions, self.layout, self.fps, self.sc = pipe, actions, layout, fps, sc
+        self.judge = judge  # scores each recorded rollout at its end; None: no judging
         self.keys = keys  # role -> camera key in the recorded episodes
         self.model_label, self.record = model_label, record
         self.tier = tier  # None: chosen from the frame size (the smallest tier whose canvas holds it)
@@ -89,7 +93,8 @@ class WorldModel:
                 "camera_sizes": {r: list(s) for r, s in sizes.items()} if sizes else None,
                 "layout": self.layout.to_dict(), "fps": self.fps, "steps": self.sc.steps,
                 "guidance": self.sc.guidance, "tier": self.tier, "view_point": self.view_point,
-                "record": self.record, "episode_active": self.rollout is not None}
+                "record": self.record, "episode_active": self.rollout is not None,
+                "judge": self.judge.info() if self.judge is not None else None}
 
     # ------------------------------------------------------------------ rollout
     def reset(self, frames: dict[str, np.ndarray], instruction: str, seed: int) -> dict[str, np.ndarray]:
@@ -141,12 +146,21 @@ class WorldModel:
             self.recorder.add(out, raw)
         return out
 
-    def end(self) -> Path | None:
-        """End the running rollout; returns the recorded episode folder (None: nothing stepped or no recording)."""
+    def end(self) -> Ended:
+        """End the running rollout: record it, then (with a judge) score the recording. `recorded` is None when
+        nothing was stepped or nothing is recorded; the judge runs only on a recorded episode, after it is
+        written, so its failure cannot cost the recording."""
         if self.rollout is None:
-            return None
-        self.rollout = None
-        return self.recorder.finish() if self.recorder is not None else None
+            return Ended()
+        instruction, self.rollout = self.rollout.instruction, None
+        if self.recorder is None:
+            return Ended()
+        recorded = self.recorder.finish()
+        written = self.recorder.take_written()  # taken even without a judge, so the frames are let go
+        if recorded is None:
+            return Ended()
+        verdict = self.judge(recorded, instruction, written) if self.judge is not None else None
+        return Ended(str(recorded), verdict)
 
     # ------------------------------------------------------------------ helpers
     def _fix_size(self, height: int, width: int) -> None:
@@ -189,7 +203,8 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
     fps = float(sc.fps or trained.get("fps") or (info or {}).get("fps") or DEFAULT_FPS)
     tier = sc.tier if sc.tier != "auto" else trained.get("tier")
     view_point = sc.view_point if sc.view_point != "auto" else trained.get("view_point")
-    return WorldModel(pipe, actions, layout, size, fps, sc, keys, label, sc.record, tier, view_point)
+    return WorldModel(pipe, actions, layout, size, fps, sc, keys, label, sc.record, tier, view_point,
+                      rollout_judge(sc.judge))
 
 
 def _smallest_tier(height: int, width: int) -> int:
