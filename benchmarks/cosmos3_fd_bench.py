@@ -1,12 +1,15 @@
-"""Cosmos3-Edge forward-dynamics LoRA training step on one GPU (what `train.task = "forward_dynamics"` runs).
+"""Cosmos3-Edge forward- or inverse-dynamics LoRA training step on one GPU (what `train.task =
+"forward_dynamics"` / `"inverse_dynamics"` runs).
 
 Builds a random-initialised real-size `cosmos3-edge` transformer from the registry (bf16, its `time_embedder`
 kept in fp32 as `from_pretrained(torch_dtype=bfloat16)` keeps it) and times worldtune's training step:
 LoRA rank 16 / alpha 32 on the family's generator targets (`apply_training_mode`: bf16 base, fp32 adapters) plus
-one embodiment domain's rows of the action input projection (`train_domain_rows`), fused AdamW over both, the
-loss of `FlowMatchingLoss` with NVIDIA's Cosmos 3 objective at the tier's canvas ("waver" times, shift 5 at the
-480 tier, exactly the first latent frame clean, no caption dropout so that every step has the same shapes), the
-prediction `predict_forward_dynamics` (text, video latents, one clean token per action step).
+one embodiment domain's rows of the action input projection (`train_domain_rows`; with `--task inverse_dynamics`
+also the output projection's), fused AdamW over both, NVIDIA's Cosmos 3 objective at the tier's canvas ("waver"
+times, shift 5 at the 480 tier, no caption dropout so that every step has the same shapes) and the prediction
+`predict_dynamics` (text, video latents, one token per action step). Forward dynamics: the first latent frame and
+every action clean, the video's velocity scored (`FlowMatchingLoss`); inverse dynamics: every latent frame clean,
+the actions noised and their velocity scored (`worldtune.train.action_flow`).
 
 Default shape, after NVIDIA's DROID forward-dynamics recipe: 17 frames (16 actions of the 10-D `droid_lerobot`
 domain) at the 480 tier, the clip filling the 480x832 canvas (latents [48, 5, 30, 52], 1,950 video tokens after 2x2 patching), the
@@ -18,10 +21,12 @@ Variants: `eager`; `compiled` (regional torch.compile of the repeated blocks, as
 `--checkpoint selective` recomputes the blocks' non-attention parts in backward. Reported per variant: s/step
 (median of the timed steps after 2 warm-up steps), MFU against 989 TFLOP/s (H200 dense bf16) and
 WORLDTUNE_PEAK_TFLOPS (the trainer's peak, default 790) from the family's FLOP count of the step (3 x forward at
-the exact text length with one conditioning frame; the 16 action tokens are not counted, < 0.3 % of the
+the exact text length with the task's clean frames: one, or all of them for inverse dynamics, which feeds no
+timestep embedding and no output projection to the video; the 16 action tokens are not counted, < 0.3 % of the
 sequence), peak GPU memory, trainable parameters and the losses.
 
     python benchmarks/cosmos3_fd_bench.py --json cosmos3_fd_bench.json         # real size on CUDA
+    python benchmarks/cosmos3_fd_bench.py --task inverse_dynamics --json cosmos3_id_bench.json
     python benchmarks/cosmos3_fd_bench.py --tiny --json /tmp/cosmos3_fd.json   # CPU smoke test on tiny-cosmos3
 """
 
@@ -50,6 +55,8 @@ TASK = "Pick up the marker and put it in the cup."
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="tiny-cosmos3, 5 frames, 32x64 content (smoke test)")
+    p.add_argument("--task", choices=("forward_dynamics", "inverse_dynamics"), default="forward_dynamics",
+                   help="which action task's training step to time")
     p.add_argument("--frames", type=int, default=None, help="clip frames = actions + 1; default 17 (tiny: 5)")
     p.add_argument("--height", type=int, default=None, help="content height; default 480 (tiny: 32)")
     p.add_argument("--width", type=int, default=None, help="content width; default 832 (tiny: 64)")
@@ -97,10 +104,11 @@ def domain_for(args):
 
 def bench(args, device: torch.device, dtype: torch.dtype) -> tuple[list[dict], dict]:
     from worldtune.models.cosmos3 import recipe_objective
-    from worldtune.models.cosmos3_actions import action_canvas, predict_forward_dynamics, train_domain_rows
+    from worldtune.models.cosmos3_actions import action_canvas, predict_dynamics, train_domain_rows
     from worldtune.models.family import family_of
     from worldtune.models.registry import get_spec
     from worldtune.models.speed import apply_selective_checkpointing, apply_speed, repeated_blocks
+    from worldtune.train.action_flow import action_loss, clean_frames, predicts_actions, prepare_actions
     from worldtune.train.adapters import apply_training_mode
     from worldtune.train.flow import FlowMatchingLoss
 
@@ -116,7 +124,7 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> tuple[list[dict], d
     model = keep_fp32_modules(family.build_transformer(device, dtype))
     lora = SimpleNamespace(rank=args.rank, alpha=args.alpha, dropout=0.0, targets=None, init="default")
     params = apply_training_mode(model, "lora", lora, family)
-    rows = train_domain_rows(model, domain.id)
+    rows = train_domain_rows(model, domain.id, outputs=predicts_actions(args.task))
     if args.checkpoint == "selective":
         apply_selective_checkpointing(model, list(range(len(repeated_blocks(model)))))
     opt = torch.optim.AdamW(params + rows, lr=1e-4, fused=device.type == "cuda")
@@ -128,13 +136,16 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> tuple[list[dict], d
     actions = torch.randn(1, chunk, domain.width, generator=gen).clamp(-1, 1).to(device)
     domain_ids = torch.tensor([domain.id], device=device)
     text_tokens = int((text[0, 0] >= 0).sum())
-    step_flops = 3.0 * family.forward_flops(f, h, w, text_tokens=text_tokens, cond_frames=1).total
+    clean = clean_frames(args.task, t)
+    step_flops = 3.0 * family.forward_flops(f, h, w, text_tokens=text_tokens, cond_frames=clean).total
     env_peak = float(os.environ.get("WORLDTUNE_PEAK_TFLOPS", "790"))
 
     def step(i: int) -> float:
-        batch = objective.prepare(x0, [args.seed + i])
-        pred = predict_forward_dynamics(model, batch, text, actions, domain_ids, dtype, float(spec.fps))
-        loss = objective.loss(pred, batch)
+        seeds = [args.seed + i]
+        batch = objective.prepare(x0, seeds, num_cond=[clean])
+        chunk = prepare_actions(actions, seeds, batch.sigma, [args.task])
+        pred, action_pred = predict_dynamics(model, batch, text, chunk, domain_ids, dtype, float(spec.fps))
+        loss = objective.loss(pred, batch) + action_loss(action_pred, chunk)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params + rows, 1.0)
         opt.step()
@@ -182,7 +193,7 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> tuple[list[dict], d
             "peak_mem_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
             "losses": [round(x, 4) for x in losses],
         })
-    shape = {"spec": spec.name, "frames": f, "actions": chunk, "content": [h, w], "tier": args.tier,
+    shape = {"spec": spec.name, "task": args.task, "frames": f, "actions": chunk, "content": [h, w], "tier": args.tier,
              "canvas": list(canvas), "latent": [t, lh, lw], "video_tokens": t * -(-lh // family.patch) * -(-lw // family.patch),
              "text_tokens": text_tokens, "domain": domain.to_dict(), "lora_rank": args.rank, "lora_alpha": args.alpha,
              "lora_params": sum(p.numel() for p in params), "domain_row_params": sum(p.numel() for p in rows),
@@ -201,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
     meta = {**shape, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "diffusers": diffusers.__version__, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
             "wall_s": round(time.perf_counter() - t0, 1)}
-    print(f"\n{shape['spec']} forward dynamics, {shape['frames']} frames ({shape['actions']} actions of "
+    print(f"\n{shape['spec']} {shape['task'].replace('_', ' ')}, {shape['frames']} frames ({shape['actions']} actions of "
           f"{shape['domain']['name']}) at the {shape['tier']} tier, content {shape['content']} of canvas {shape['canvas']}, "
           f"{shape['video_tokens']} video + {shape['text_tokens']} text tokens, LoRA r{args.rank} "
           f"({shape['lora_params']:,} params) + domain rows ({shape['domain_row_params']:,}) on {meta['device']}")

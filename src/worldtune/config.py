@@ -176,11 +176,12 @@ class CheckpointConfig(Section):
 
 
 ACTION_TIERS = (256, 480, 704, 720)  # Cosmos3OmniPipeline's action resolution tiers
+ACTION_TASKS = ("forward_dynamics", "inverse_dynamics", "joint")  # train.task values that train on robot actions
 
 
 class DynamicsConfig(Section):
-    """Settings of `train.task = "forward_dynamics"` (Cosmos 3: first frame + actions -> video); read by
-    `worldtune cache` too, since the cached latents and captions depend on them."""
+    """Settings of the action tasks (`train.task` = forward_dynamics, inverse_dynamics or joint; Cosmos 3); read
+    by `worldtune cache` too, since the cached latents and captions depend on them."""
 
     tier: int | Literal["auto"] = Field(
         "auto", description="action resolution tier (256, 480, 704, 720): clips are downscaled (never upscaled) "
@@ -206,12 +207,14 @@ class TrainConfig(Section):
     """`worldtune train`: rectified-flow post-training (LoRA, DoRA or full) of the DiT."""
 
     dataset: str = Field("demo_out/dataset", description="prepared dataset folder")
-    task: Literal["video", "forward_dynamics"] = Field(
+    task: Literal["video", "forward_dynamics", "inverse_dynamics", "joint"] = Field(
         "video", description="what the model learns: video = text/image/video to video; forward_dynamics = first "
-        "frame + the clip's robot actions -> the video (Cosmos 3; needs a dataset prepared with "
-        "prepare.actions.key, trains the adapter and the embodiment domain's action-projection rows, and keeps "
-        "exactly the first latent frame clean)")
-    dynamics: DynamicsConfig = Field(default_factory=DynamicsConfig, description="forward-dynamics settings")
+        "frame + the clip's robot actions -> the video; inverse_dynamics = the whole clip -> its actions (what the "
+        "cosmos3 trajectory labeller runs); joint = one of forward dynamics, inverse dynamics and policy (first "
+        "frame -> video + actions) per clip, uniformly, as NVIDIA's joint action mode. The action tasks need a "
+        "Cosmos 3 model and a dataset prepared with prepare.actions.key, and train the adapter with the "
+        "embodiment domain's action-projection rows (input, plus output where actions are predicted)")
+    dynamics: DynamicsConfig = Field(default_factory=DynamicsConfig, description="action-task settings")
     cache: str | None = Field("auto", description="latent cache folder; auto = <dataset>/cache/<model-key> if it "
                               "exists; none = decode clips every step")
     out: str = Field("demo_out/runs/lora", description="run folder (its name names the exported adapter)")
@@ -293,13 +296,14 @@ class TrainConfig(Section):
             raise ValueError(f"train.text_dropout must be in [0, 1), got {self.text_dropout}")
         if self.fsdp and self.ema:
             raise ValueError("train.ema is not supported together with train.fsdp yet; use one of them")
-        if self.task == "forward_dynamics":
+        if self.task in ACTION_TASKS:
             default = type(self).model_fields["cond_frames_probs"].get_default(call_default_factory=True)
             if self.cond_frames_probs not in ({1: 1.0}, default):  # a saved config repeats the default
-                raise ValueError("train.task = forward_dynamics conditions on exactly the first latent frame: unset "
-                                 "train.cond_frames_probs (or set it to {1 = 1.0})")
+                raise ValueError(f"train.task = {self.task} fixes the clean frames by mode (exactly the first latent "
+                                 "frame, or all of them for inverse dynamics): unset train.cond_frames_probs (or set "
+                                 "it to {1 = 1.0})")
             if self.mode == "full" or self.fsdp:
-                raise ValueError("train.task = forward_dynamics trains LoRA/DoRA adapters with the domain's action "
+                raise ValueError(f"train.task = {self.task} trains LoRA/DoRA adapters with the domain's action "
                                  "rows on one process or DDP: use train.mode = lora or dora, without train.fsdp")
         if self.steps <= 0 or self.batch_size <= 0 or self.grad_accum <= 0:
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be > 0")
@@ -552,13 +556,16 @@ class IdmConfig(Section):
 
 class Cosmos3LabelConfig(Section):
     """`trajectories.labeller = "cosmos3"`: actions from Cosmos 3's own `inverse_dynamics` mode (the [model], base or
-    with a forward-dynamics adapter), scaled back to the dataset's units with the actions' statistics."""
+    with an action adapter: for a new robot, one trained with train.task = "inverse_dynamics" or "joint"), scaled
+    back to the dataset's units with the actions' statistics."""
 
     dataset: str | None = Field(None, description="the prepared dataset (with actions) the generations came from: its "
                                 "action domain, names, normalisation statistics and camera keys; None = the generation "
                                 "folder's info.json `dataset`")
-    adapter: str | None = Field(None, description="a forward-dynamics adapter folder (LoRA + the domain's rows, its "
-                                "action scaling); None = the base model")
+    adapter: str | None = Field(None, description="an action adapter folder (LoRA + the domain's rows, its action "
+                                "scaling); for a new robot train it with train.task = \"inverse_dynamics\" (or "
+                                "\"joint\"): only that trains the domain's action output rows the labels come "
+                                "through. None = the base model")
     chunk: int | None = Field(None, description="actions per inverse-dynamics window (a multiple of 4); None = the "
                               "adapter's chunk, else the dataset's clip length - 1")
     steps: int = Field(35, description="denoising steps of the actions")

@@ -316,7 +316,8 @@ class TrajectoryExport:
         c3 = self.labeler
         return {"kind": "cosmos3", "model": c3.source, "domain": c3.domain.to_dict(), "normalization": c3.normalization,
                 "chunk": c3.chunk, "tier": c3.tier, "view_point": c3.view_point, "steps": c3.steps,
-                "guidance": c3.guidance, "seed": c3.seed, "dataset": self.trained_on}
+                "guidance": c3.guidance, "seed": c3.seed, "dataset": self.trained_on, "output_rows": c3.output_rows,
+                **({"note": c3.note} if c3.note else {})}
 
     def compare(self) -> dict[str, Any]:
         """Cosmos 3's inverse dynamics and the IDM (when trajectories.idm holds one for these cameras) on the

@@ -49,3 +49,18 @@ def test_cosmos3_forward_dynamics_recipe():
     assert c.train.dynamics.tier == 480 and action_canvas(480, 832, 480) == (480, 832)
     assert choose_tier(480, 832, "auto", action_canvas) == 480  # auto would choose the same tier
     assert (c.train.lora.rank, c.train.lora.alpha, tuple(c.train.betas)) == (16, 32, (0.9, 0.99))
+
+
+def test_cosmos3_inverse_dynamics_recipe_shares_the_forward_dynamics_data():
+    """The inverse-dynamics recipe reads the forward-dynamics recipe's prepared clips and action cache (same key)."""
+    from worldtune.data.cache import cache_settings
+    from worldtune.models.load import resolve_spec
+
+    fd = load_config(CONFIGS / "cosmos3_edge_forward_dynamics_1gpu.toml")
+    c = load_config(CONFIGS / "cosmos3_edge_inverse_dynamics_1gpu.toml")
+    assert c.train.task == "inverse_dynamics" and c.train.mode == "lora" and c.train.out != fd.train.out
+    assert c.prepare == fd.prepare and c.cache == fd.cache and c.train.dataset == fd.train.dataset
+    assert c.train.dynamics == fd.train.dynamics and c.train.lora == fd.train.lora and c.train.lr == fd.train.lr
+    info = {"height": 480, "width": 832, "num_frames": 17, "fps": 15, "layout": {"type": "grid"}}
+    spec = resolve_spec(c.model.name, None)
+    assert cache_settings(c, info, spec, "tokens")["key"] == cache_settings(fd, info, spec, "tokens")["key"]

@@ -1,5 +1,6 @@
-"""Cosmos 3 forward dynamics on `tiny-cosmos3`: the training prediction is the pipeline's own transformer call
-in a `forward_dynamics` run, and a LoRA step with the domain's projection rows changes only those weights."""
+"""Cosmos 3 action runs on `tiny-cosmos3`: the training prediction is the pipeline's own transformer call in a
+`forward_dynamics` and an `inverse_dynamics` run, and a LoRA step with the domain's projection rows changes only
+those weights."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from worldtune.models.cosmos3_actions import (
     action_prompt_token_ids,
     domain_rows_state,
     merge_domain_rows,
+    predict_dynamics,
     predict_forward_dynamics,
     register_domain,
     train_domain_rows,
@@ -43,21 +45,35 @@ def pipe(model_dir):
     return Cosmos3OmniPipeline.from_pretrained(model_dir)
 
 
-def _fd_run(pipe, actions: torch.Tensor, domain: str, steps: int = 2):
-    """A plain-diffusers forward-dynamics run; returns every transformer call's (kwargs, output)."""
+def _fd_run(pipe, actions: torch.Tensor | None, domain: str, steps: int = 2, mode: str = "forward_dynamics"):
+    """A plain-diffusers action run (forward dynamics from `actions`, or inverse dynamics of a random video);
+    returns every transformer call's (kwargs, output)."""
     from diffusers import CosmosActionCondition
 
-    image = Image.fromarray(np.random.RandomState(0).randint(0, 255, (HEIGHT, WIDTH, 3), dtype=np.uint8))
+    frames = np.random.RandomState(0).randint(0, 255, (CHUNK + 1, HEIGHT, WIDTH, 3), dtype=np.uint8)
+    inputs = (dict(raw_actions=actions, image=Image.fromarray(frames[0])) if mode == "forward_dynamics" else
+              dict(video=[Image.fromarray(f) for f in frames]))
     calls = []
     handle = pipe.transformer.register_forward_hook(lambda m, a, kw, out: calls.append((kw, out)), with_kwargs=True)
     try:
-        pipe(TASK, action=CosmosActionCondition(mode="forward_dynamics", chunk_size=CHUNK, domain_name=domain,
-                                                resolution_tier=TIER, raw_actions=actions, image=image),
+        pipe(TASK, action=CosmosActionCondition(mode=mode, chunk_size=CHUNK, domain_name=domain,
+                                                resolution_tier=TIER, **inputs),
              fps=FPS, num_inference_steps=steps, guidance_scale=1.0, output_type="latent",
              generator=torch.Generator().manual_seed(0))
     finally:
         handle.remove()
     return calls
+
+
+def _same_call(ours: dict, ref: dict) -> None:
+    """Every keyword argument worldtune builds equals the pipeline's (tensors bit for bit)."""
+    assert set(ours) <= set(ref)
+    for k, v in ours.items():
+        r = ref[k]
+        if isinstance(v, list):
+            assert len(v) == len(r) and all(torch.equal(a, b) if torch.is_tensor(a) else a == b for a, b in zip(v, r)), k
+        else:
+            assert (torch.equal(v, r) if torch.is_tensor(v) else v == r), k
 
 
 def _batch(x_t: torch.Tensor, sigma: float) -> FlowBatch:
@@ -114,6 +130,43 @@ def test_training_prediction_is_the_pipeline_forward_dynamics_call(pipe):
             assert (torch.equal(v, ref) if torch.is_tensor(v) else v == ref), k
     assert torch.equal(pred, out[0][0])
     assert pred[:, :, 0].abs().sum() == 0 and not torch.equal(pred, other)  # first frame clean; actions matter
+
+
+def test_training_prediction_is_the_pipeline_inverse_dynamics_call(pipe):
+    """Inverse dynamics: every latent frame clean, each action step a noisy token at the step's timestep; the
+    training sequence is the pipeline's transformer call bit for bit and the action velocity its output, cropped
+    to the domain's raw width; the prediction depends on the video."""
+    from worldtune.train.action_flow import ActionBatch
+
+    kw, out = _fd_run(pipe, None, "droid_lerobot", steps=1, mode="inverse_dynamics")[0]
+    x0 = kw["vision_tokens"][0]
+    t = x0.shape[2]
+    sigma = float(kw["action_timesteps"][0]) / 1000
+    assert kw["vision_timesteps"].numel() == 0 and 0 < sigma < 1  # the video only conditions
+    noisy = kw["action_tokens"][0]
+    assert noisy.shape == (CHUNK, pipe.transformer.config.action_dim) and noisy[:, 10:].abs().sum() == 0
+    ids, empty = action_prompt_token_ids(pipe, TASK, CHUNK, *action_canvas(HEIGHT, WIDTH, TIER), FPS)
+    text = torch.full((1, 2, max(len(ids), len(empty))), -1, dtype=torch.long)
+    text[0, 0, :len(ids)], text[0, 1, :len(empty)] = torch.tensor(ids), torch.tensor(empty)
+    clean = torch.ones(1, 1, t, 1, 1)
+    video = FlowBatch(x_t=x0, target=torch.zeros_like(x0), timestep=clean * 1e-4,
+                      condition_mask=clean.expand(1, 1, t, *x0.shape[3:]), loss_mask=1 - clean, text_keep=torch.ones(1),
+                      sigma=torch.tensor([sigma]), num_cond=torch.tensor([t]))
+    chunk = ActionBatch(x_t=noisy[None, :, :10], target=torch.zeros(1, CHUNK, 10), noisy=torch.ones(1),
+                        sigma=torch.tensor([sigma]), modes=("inverse_dynamics",))
+    calls = []
+    handle = pipe.transformer.register_forward_hook(lambda m, a, k, o: calls.append(k), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            v, a = predict_dynamics(pipe.transformer, video, text, chunk, torch.tensor([DROID]), torch.float32, FPS)
+            other = predict_dynamics(pipe.transformer, FlowBatch(**{**video.__dict__, "x_t": x0.flip(2)}), text, chunk,
+                                     torch.tensor([DROID]), torch.float32, FPS)[1]
+    finally:
+        handle.remove()
+    _same_call(calls[0], kw)
+    assert v.abs().sum() == 0 and a.shape == (1, CHUNK, 10)
+    assert torch.equal(a[0], out[2][0][:, :10])  # the pipeline reads the raw width only (it masks the rest)
+    assert not torch.equal(a, other)  # the actions are read from the frames
 
 
 def test_new_domain_runs_in_the_pipeline_once_registered(pipe, monkeypatch):

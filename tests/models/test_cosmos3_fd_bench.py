@@ -1,4 +1,4 @@
-"""The forward-dynamics training benchmark runs on the CPU with --tiny, at the shape it states."""
+"""The forward- and inverse-dynamics training benchmark runs on the CPU with --tiny, at the shape it states."""
 
 from __future__ import annotations
 
@@ -7,23 +7,29 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_tiny_run(tmp_path):
+@pytest.mark.parametrize("task", ["forward_dynamics", "inverse_dynamics"])
+def test_tiny_run(tmp_path, task):
     spec = importlib.util.spec_from_file_location("cosmos3_fd_bench", ROOT / "benchmarks" / "cosmos3_fd_bench.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        res = bench.main(["--tiny", "--device", "cpu", "--steps", "1", "--rank", "4", "--json", str(tmp_path / "b.json")])
+        res = bench.main(["--tiny", "--device", "cpu", "--steps", "1", "--rank", "4", "--task", task,
+                          "--json", str(tmp_path / "b.json")])
     finally:
         torch.set_num_threads(n)
     assert json.loads((tmp_path / "b.json").read_text()) == res
     meta, (row,) = res["meta"], res["training"]
     assert (meta["canvas"], meta["latent"], meta["actions"]) == ([192, 320], [2, 2, 4], 4)
     assert meta["domain"]["width"] == 4 and meta["domain_row_params"] > 0 and meta["text_tokens"] > 100
+    # the input projection's rows (16 x 32 weights + 32 biases: action_dim 16, hidden 32), and for inverse dynamics
+    # the output projection's too (32 x 16 + 16)
+    assert meta["task"] == task and meta["domain_row_params"] == (544 if task == "forward_dynamics" else 1072)
     assert row["variant"] == "eager" and row["s_per_step"] > 0 and all(math.isfinite(x) for x in row["losses"])

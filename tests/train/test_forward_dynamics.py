@@ -11,50 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.train.conftest import train_cfg
-from worldtune.config import load_config
+from tests.train.conftest import FAILED_EPISODE, FD, train_cfg
 from worldtune.data import actions as A
 from worldtune.errors import ConfigError, DatasetError
 from worldtune.models.cosmos3_actions import INPUT_TABLES, ROWS_FILE
 from worldtune.train.checkpoint import CheckpointManager
 from worldtune.train.trainer import Trainer
-
-FD = ("--train.task", "forward_dynamics")
-FAILED_EPISODE = 1
-
-
-@pytest.fixture(scope="module")
-def fd_data(tmp_path_factory, tiny_cosmos3_dir) -> Path:
-    """The demo robot (4-D actions, episode 1 a failed grasp) as 5-frame 32x64 grid clips with actions, cached
-    for forward dynamics."""
-    from worldtune.data.cache import run as cache_run
-    from worldtune.data.prepare import run as prepare_run
-    from worldtune.data.synthetic import write_demo_dataset
-
-    base = tmp_path_factory.mktemp("fd")
-    src = write_demo_dataset(base / "lerobot", episodes=4, height=48, width=80, failed=(FAILED_EPISODE,), workers=1)
-    cfg = load_config(None, ["--prepare.source", str(src), "--prepare.out", str(base / "ds"), "--prepare.height", "32",
-                             "--prepare.width", "64", "--prepare.num_frames", "5", "--prepare.stride", "2",
-                             "--prepare.workers", "1", "--prepare.val_fraction", "0.25", "--prepare.prompt_template",
-                             "plain", "--prepare.actions.key", "action"])
-    prepare_run(cfg.prepare, quiet=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tiny VAE on a 192x320 canvas: one thread is fastest on a shared 2-core box
-    try:
-        cache_run(load_config(None, ["--model.path", str(tiny_cosmos3_dir), "--cache.dataset", str(base / "ds"),
-                                     "--cache.dtype", "fp32", *FD]))
-    finally:
-        torch.set_num_threads(threads)
-    return base / "ds"
-
-
-@pytest.fixture
-def domain_tables(monkeypatch):
-    """diffusers' domain tables as they are now, restored after the test (registering a domain edits them)."""
-    from diffusers.pipelines.cosmos import pipeline_cosmos3_omni as p
-
-    for table in ("_EMBODIMENT_TO_DOMAIN_ID", "_EMBODIMENT_TO_RAW_ACTION_DIM"):
-        monkeypatch.setattr(p, table, dict(getattr(p, table)))
 
 
 def fd_cfg(model_dir, data, out, *extra):

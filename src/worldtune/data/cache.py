@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from worldtune.atomic import TMP_MARK, atomic_write_bytes, atomic_write_json
+from worldtune.config import ACTION_TASKS
 from worldtune.errors import DatasetError
 from worldtune.lock import OutputLock
 
@@ -159,7 +160,7 @@ def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> d
     h, w, f = dataset_info["height"], dataset_info["width"], dataset_info["num_frames"]
     fps = clip_fps(dataset_info, spec) if family_of(spec).text_depends_on_clip else None
     task: dict[str, Any] = {}
-    if cfg.train.task == "forward_dynamics":
+    if cfg.train.task in ACTION_TASKS:  # one action cache for every action task
         from worldtune.data.dynamics import key_settings
 
         task = key_settings(cfg, dataset_info, spec)
@@ -404,7 +405,7 @@ def run(cfg) -> dict[str, Any]:
     rank, world, local_rank = process_index()
     info, manifest = read_dataset(ccfg.dataset)
     setup = None
-    if cfg.train.task == "forward_dynamics":  # latents on the action canvas, action chunks, action captions
+    if cfg.train.task in ACTION_TASKS:  # latents on the action canvas, action chunks, action captions
         from worldtune.data import dynamics
         from worldtune.models.load import resolve_spec
 

@@ -1,7 +1,8 @@
-"""Forward-dynamics training data: each clip's latents, action chunk and action caption, as generation sees them.
+"""Action training data: each clip's latents, action chunk and action caption, as generation sees them.
 
 `train.task = "forward_dynamics"` teaches a Cosmos 3 model "first frame + the actions taken -> the video that
-follows". A training sample is one prepared clip of F frames:
+follows", `"inverse_dynamics"` "the video -> the actions that lead through it", `"joint"` both and the policy mode
+(worldtune.train.action_flow). All of them read the same sample, one prepared clip of F frames:
 
 - **latents** encoded as the pipeline's `forward_dynamics` mode conditions its first frame: the clip downscaled
   (never upscaled) and padded bottom/right into the canvas of the action resolution tier
@@ -12,7 +13,8 @@ follows". A training sample is one prepared clip of F frames:
 - **text**: the token ids of the pipeline's structured action caption for the clip's task (view point,
   duration, fps, the canvas size) and of the empty caption that caption dropout trains.
 
-`worldtune cache` (with `train.task = "forward_dynamics"`) stores all three; training from decoded clips
+`worldtune cache` (with any action `train.task`) stores all three, in one cache every action task reads (the
+pipeline conditions every action mode on the same canvas and writes the same caption); training from decoded clips
 (`train.cache = "none"`) computes them on the fly with the same functions. Successful and failed episodes are
 used alike, as in NVIDIA's DROID recipe (only `prepare.only_successful` drops failures).
 """
@@ -32,7 +34,9 @@ from worldtune.data.actions import check_chunk, clip_chunk, load_clip, normalize
 from worldtune.errors import ConfigError, DatasetError
 from worldtune.models.cosmos3_domains import DOMAIN_IDS, ActionDomain
 
-TASK = "forward_dynamics"
+# The action cache's kind in its info.json and key: named after the first task that wrote it and kept, so that
+# caches made for forward dynamics stay valid for every action task.
+CACHE_KIND = "forward_dynamics"
 AUTO_TIERS = (256, 480, 720)  # the tiers NVIDIA's shift table knows (3 / 5 / 10)
 
 
@@ -56,21 +60,24 @@ def choose_view_point(setting: str, dataset_info: dict[str, Any]) -> str:
 
 
 def key_settings(cfg, dataset_info: dict[str, Any], spec) -> dict[str, Any]:
-    """What a forward-dynamics cache depends on beyond a video cache (its key and info.json): tier, canvas and
-    the caption's view point. Needs only the dataset's info.json."""
+    """What an action cache depends on beyond a video cache (its key and info.json): tier, canvas and the
+    caption's view point (not the task: every action task reads the same cache). Needs only the dataset's
+    info.json."""
     from worldtune.models.family import family_of
 
     dyn = family_of(spec).dynamics()
     h, w = dataset_info["height"], dataset_info["width"]
     tier = choose_tier(h, w, cfg.train.dynamics.tier, dyn.canvas)
-    return {"task": TASK, "tier": tier, "canvas": list(dyn.canvas(h, w, tier)),
+    return {"task": CACHE_KIND, "tier": tier, "canvas": list(dyn.canvas(h, w, tier)),
             "view_point": choose_view_point(cfg.train.dynamics.view_point, dataset_info)}
 
 
 @dataclass(frozen=True)
 class DynamicsSetup:
-    """Everything about a forward-dynamics run that the data fixes: domain, scaling, chunk, canvas, caption."""
+    """Everything about an action run that the data and the task fix: domain, scaling, chunk, canvas, caption,
+    and which modes it trains."""
 
+    task: str  # forward_dynamics, inverse_dynamics or joint (train.task)
     domain: ActionDomain
     normalization: str
     stats: dict[str, Any]  # per-dimension statistics of the action feature (actions.json "stats"."action")
@@ -88,6 +95,19 @@ class DynamicsSetup:
         return self.domain.width
 
     @property
+    def modes(self) -> tuple[str, ...]:
+        from worldtune.train.action_flow import task_modes
+
+        return task_modes(self.task)
+
+    @property
+    def trains_outputs(self) -> bool:
+        """Whether the task denoises actions, so the domain's rows of the output projection train too."""
+        from worldtune.train.action_flow import predicts_actions
+
+        return predicts_actions(self.task)
+
+    @property
     def stats_digest(self) -> str:
         """Identity of the scaling: a cache of normalised actions is valid for exactly this."""
         blob = json.dumps([self.normalization, self.stats], sort_keys=True)
@@ -97,33 +117,33 @@ class DynamicsSetup:
         """The facts generation needs to drive a trained adapter (saved in its info JSON and in checkpoints)."""
         from worldtune.models.cosmos3_actions import ROWS_FILE
 
-        return {"task": TASK, "domain": self.domain.to_dict(), "normalization": self.normalization,
+        return {"task": self.task, "domain": self.domain.to_dict(), "normalization": self.normalization,
                 "stats": self.stats, "names": self.names, "width": self.width, "key": self.key,
                 "chunk_size": self.chunk, "fps": self.fps, "tier": self.tier, "canvas": list(self.canvas),
                 "view_point": self.view_point, "rows_file": ROWS_FILE}
 
     def cache_info(self) -> dict[str, Any]:
-        """The fields a forward-dynamics cache's info.json records and training checks."""
-        return {"task": TASK, "tier": self.tier, "canvas": list(self.canvas), "view_point": self.view_point,
+        """The fields an action cache's info.json records and training checks."""
+        return {"task": CACHE_KIND, "tier": self.tier, "canvas": list(self.canvas), "view_point": self.view_point,
                 "domain": self.domain.to_dict(), "action_normalization": self.normalization,
                 "action_stats": self.stats_digest, "chunk_size": self.chunk}
 
 
 def resolve(cfg, dataset_info: dict[str, Any], dataset: str | Path, spec) -> DynamicsSetup:
-    """The forward-dynamics setup of a prepared dataset for this config, or a one-line error: a model without an
-    action mode, a dataset prepared without actions, separate camera views, another clip length."""
+    """The action setup of a prepared dataset for this config, or a one-line error: a model without an action
+    mode, a dataset prepared without actions, separate camera views, another clip length."""
     from worldtune.data.cache import clip_fps
     from worldtune.models.family import family_of
 
     family_of(spec).dynamics()  # a model without an action mode: its one-line error first
     if (dataset_info.get("layout") or {}).get("type") == "separate":
-        raise ConfigError(f"{dataset} keeps camera views separate: forward dynamics takes one video per clip; prepare "
+        raise ConfigError(f"{dataset} keeps camera views separate: the action tasks take one video per clip; prepare "
                           "with prepare.layout = \"grid\" or \"single\"")
     index = read_index(dataset)
     frames = int(dataset_info["num_frames"])
     if cfg.train.num_frames not in (None, frames):
-        raise ConfigError(f"train.num_frames = {cfg.train.num_frames} differs from the clips' {frames}: forward "
-                          "dynamics pairs each whole clip with its actions; unset train.num_frames")
+        raise ConfigError(f"train.num_frames = {cfg.train.num_frames} differs from the clips' {frames}: the action "
+                          "tasks pair each whole clip with its actions; unset train.num_frames")
     domain = ActionDomain(**index["domain"])
     init = cfg.train.dynamics.init_from
     if init is not None and (init not in DOMAIN_IDS or not domain.new):
@@ -131,8 +151,8 @@ def resolve(cfg, dataset_info: dict[str, Any], dataset: str | Path, spec) -> Dyn
                           f"domain ({', '.join(sorted(DOMAIN_IDS))}); this dataset's domain is "
                           f"'{domain.name}'{' (existing)' if not domain.new else ''}")
     keys = key_settings(cfg, dataset_info, spec)
-    return DynamicsSetup(domain=domain, normalization=index["normalization"], stats=index["stats"]["action"],
-                         names=list(index["names"]), key=index["key"], chunk=frames - 1,
+    return DynamicsSetup(task=cfg.train.task, domain=domain, normalization=index["normalization"],
+                         stats=index["stats"]["action"], names=list(index["names"]), key=index["key"], chunk=frames - 1,
                          fps=clip_fps(dataset_info, spec), tier=keys["tier"], canvas=tuple(keys["canvas"]),
                          view_point=keys["view_point"], init_from=DOMAIN_IDS[init] if init is not None else None)
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from worldtune.atomic import atomic_write_bytes, atomic_write_json
+from worldtune.config import ACTION_TASKS
 from worldtune.data import cache as C
 from worldtune.data import prepare as P
 from worldtune.errors import DatasetError
@@ -147,10 +148,10 @@ def run(cfg, *, on_clip: P.ClipHook | None = None) -> dict[str, Any]:
     `on_clip` is prepare's hook (called as each clip mp4 is written; tests use it)."""
     from worldtune.data.dataset import read_dataset
 
-    if cfg.train.task == "forward_dynamics":
+    if cfg.train.task in ACTION_TASKS:
         from worldtune.errors import ConfigError
 
-        raise ConfigError("`prepare --cache` caches video latents only: for train.task = \"forward_dynamics\" run "
+        raise ConfigError(f"`prepare --cache` caches video latents only: for train.task = \"{cfg.train.task}\" run "
                           "`worldtune prepare` without --cache, then `worldtune cache` with the same config")
     t0 = time.perf_counter()
     pcfg, ccfg = cfg.prepare, cfg.cache

@@ -156,7 +156,7 @@ def plan_models(ac, pipe, family, index: dict[str, Any], info: dict[str, Any]) -
     from worldtune.data.dynamics import choose_tier, choose_view_point
     from worldtune.infer.adapters import check_adapter
     from worldtune.infer.generate import adapter_label
-    from worldtune.models.cosmos3_actions import read_action_info
+    from worldtune.models.cosmos3_actions import read_action_info, require_mode
     from worldtune.names import safe_name
 
     dyn = family.dynamics()
@@ -170,6 +170,7 @@ def plan_models(ac, pipe, family, index: dict[str, Any], info: dict[str, Any]) -
     for spec in ac.adapters:
         label = safe_name(spec.name, fallback="adapter") if spec.name else adapter_label(spec.path)
         facts = read_action_info(spec.path)
+        require_mode(facts, "forward_dynamics", spec.path)
         if facts["domain"] != index["domain"]:
             raise ConfigError(f"adapter {spec.path} drives domain {facts['domain']} but {ac.dataset}/actions.json has "
                               f"{index['domain']}: evaluate it on the dataset it was trained on")
@@ -188,14 +189,15 @@ def plan_models(ac, pipe, family, index: dict[str, Any], info: dict[str, Any]) -
 
 
 class DomainRows:
-    """The checkpoint's action-input projection tables, kept so that each model starts from them: an adapter's
-    rows are written into the table in place, and the next model must not see them."""
+    """The checkpoint's action-projection tables, kept so that each model starts from them: an adapter's rows are
+    written into the tables in place (input, and output where it trained them), and the next model must not see
+    them."""
 
     def __init__(self, transformer, loaded: bool) -> None:
-        from worldtune.models.cosmos3_actions import INPUT_TABLES
+        from worldtune.models.cosmos3_actions import INPUT_TABLES, OUTPUT_TABLES
 
         self.transformer, self.loaded = transformer, loaded  # loaded: LoRA adapters were injected
-        self.saved = {n: transformer.get_submodule(n).weight.detach().clone() for n in INPUT_TABLES}
+        self.saved = {n: transformer.get_submodule(n).weight.detach().clone() for n in INPUT_TABLES + OUTPUT_TABLES}
 
     def use(self, model: ActionModel):
         """Restore the checkpoint's rows, then (adapter) load the adapter's rows and switch the LoRA on."""

@@ -14,10 +14,14 @@ packed video as it was trained on it (the grid of cameras is one frame, `concat_
 back in the model's scaling: they are denormalised with the statistics the model was trained with (the
 adapter's, else the dataset's `actions.json`), so the labels are in the dataset's units.
 
-What trains for it. A forward-dynamics adapter trains the domain's rows of the action INPUT projection;
-inverse dynamics reads actions out through the OUTPUT projection, whose rows for a new robot's slot are the
-checkpoint's. So on a new domain the labels are only as good as the base model's output rows for that slot;
-`compare` in worldtune.idm.compare measures it on held-out real clips.
+What trains for it. Inverse dynamics reads the noisy actions in through the domain's row of the action INPUT
+projection and their velocity out through its row of the OUTPUT projection. An adapter trained with
+`train.task = "inverse_dynamics"` (or `"joint"`) trains both rows and the LoRA on this very objective, and
+`load_action_adapter_rows` writes both into the model. A forward-dynamics adapter trains only the input rows, and
+the base model has none of its own for a new robot: on a new domain slot without an inverse-dynamics adapter the
+output rows are the checkpoint's untouched slot and the labels are meaningless, which the labeller says (a
+warning, and `note` in the provenance). `compare` in worldtune.idm.compare measures the labels on held-out real
+clips.
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ class Cosmos3Labeler:
 
     def __init__(self, pipe, domain, names: list[str], key: str, normalization: str, stats: dict[str, Any] | None,
                  cameras: dict[str, str], chunk: int, tier: int, view_point: str, fps: float, steps: int,
-                 guidance: float, seed: int, source: str, robot_type: str | None = None) -> None:
+                 guidance: float, seed: int, source: str, robot_type: str | None = None,
+                 output_rows: str = "adapter", note: str | None = None) -> None:
         self.pipe, self.domain, self.names, self.action_key = pipe, domain, names, key
+        self.output_rows, self.note = output_rows, note  # who trained the domain's output rows; a caveat
         self.normalization, self.stats = normalization, stats
         self.cameras = cameras  # role -> the dataset's camera key
         self.chunk, self.tier, self.view_point, self.fps = chunk, tier, view_point, fps
@@ -135,6 +141,26 @@ def load_cosmos3_labeler(cfg, dataset_hint: str | None, fps: float) -> Cosmos3La
         index.get("normalization"), (index.get("stats") or {}).get("action"))
     names = list(index.get("names") or [f"action_{i}" for i in range(int(index["width"]))])
     cameras = {str(r): str(k) for r, k in (info.get("cameras") or {}).items()}
-    return Cosmos3Labeler(pipe, ActionDomain(**index["domain"]), names, str(index.get("key") or "action"),
+    domain = ActionDomain(**index["domain"])
+    output_rows, note = _output_rows(domain, facts if cc.adapter else None)
+    if note:
+        print(f"warning: {note}")
+    return Cosmos3Labeler(pipe, domain, names, str(index.get("key") or "action"),
                           str(scaling[0] or "none"), scaling[1], cameras, chunk, tier, view, fps, cc.steps,
-                          cc.guidance, cc.seed, f"{spec.name}" + (f" + {cc.adapter}" if cc.adapter else ""))
+                          cc.guidance, cc.seed, f"{spec.name}" + (f" + {cc.adapter}" if cc.adapter else ""),
+                          output_rows=output_rows, note=note)
+
+
+def _output_rows(domain, facts: dict[str, Any] | None) -> tuple[str, str | None]:
+    """Who trained the domain's rows of the action output projection ("adapter" or "checkpoint"), and, for a new
+    robot's slot the checkpoint never trained, the caveat that its labels mean nothing."""
+    from worldtune.train.action_flow import predicts_actions
+
+    if facts is not None and predicts_actions(facts.get("task")):
+        return "adapter", None
+    if not domain.new:
+        return "checkpoint", None
+    return "checkpoint", (f"domain '{domain.name}' is a new slot ({domain.id}) whose action output rows were never "
+                          "trained, so Cosmos 3's labels for it are meaningless: post-train inverse dynamics on this "
+                          "dataset (train.task = \"inverse_dynamics\" or \"joint\") and pass that run's export as "
+                          "trajectories.cosmos3.adapter")

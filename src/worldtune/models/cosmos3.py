@@ -326,10 +326,10 @@ class Cosmos3(ModelFamily):
         }
 
     def dynamics(self):
-        """Forward dynamics through the pipeline's `forward_dynamics` mode (models/cosmos3_actions.py)."""
-        from worldtune.models.cosmos3_actions import ForwardDynamics
+        """The action tasks through the pipeline's action modes (models/cosmos3_actions.py)."""
+        from worldtune.models.cosmos3_actions import ActionDynamics
 
-        return ForwardDynamics(self)
+        return ActionDynamics(self)
 
     def _activation_numbers(self, frames: int, height: int, width: int, batch: int, lora_rank: int,
                             mode: str) -> dict[str, Any]:

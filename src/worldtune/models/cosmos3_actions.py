@@ -1,18 +1,22 @@
-"""Cosmos 3 forward dynamics: first frame + an action chunk -> the video the actions produce.
+"""Cosmos 3 action runs: forward dynamics (first frame + an action chunk -> video), inverse dynamics (video ->
+the chunk) and policy (first frame -> video + chunk), as training predictions on cached inputs.
 
-In `Cosmos3OmniPipeline`'s `forward_dynamics` mode the sequence is text, then the video latents (the
-first latent frame clean, the rest noisy), then one token per action step (all clean: the actions are
-conditioning, never predicted). The actions, zero-padded from the domain's raw width to the model's
-`action_dim`, enter through `action_proj_in`, a `DomainAwareLinear` whose weight row is chosen by the
-embodiment domain; the velocity comes back for the noisy video frames only. Training therefore builds the
-same sequence with the pipeline's own segment builders (`_prepare_text_segment`,
-`_prepare_vision_segment`, `_prepare_action_segment`), exactly as `models/cosmos3.py` does for video, and
-worldtune's generic objective (`train/flow.py`, one clean leading latent frame) applies unchanged.
+In `Cosmos3OmniPipeline`'s action modes the sequence is text, then the video latents, then one token per action
+step. Which of them are clean is all that differs between the modes (`worldtune.train.action_flow.MODES`):
+forward dynamics keeps the first latent frame and every action clean and predicts the video's velocity;
+inverse dynamics keeps every latent frame clean and predicts the actions' velocity; policy keeps the first
+frame and predicts both. The actions, zero-padded from the domain's raw width to the model's `action_dim`,
+enter through `action_proj_in` and (where denoised) come back through `action_proj_out`, both
+`DomainAwareLinear`s whose weight row is chosen by the embodiment domain. Training builds the sequence with the
+pipeline's own segment builders (`_prepare_text_segment`, `_prepare_vision_segment`, `_prepare_action_segment`),
+exactly as `models/cosmos3.py` does for video; the objective is `train/flow.py` for the video and
+`train/action_flow.py` for the chunk.
 
-A robot post-trains its domain's projection rows beside the adapter: `train_domain_rows` makes just those
-rows trainable (a parametrization that overwrites one row of the frozen table), so no optimizer setting,
-weight decay included, can touch the 31 other embodiments' rows. What NVIDIA's recipe does, and where
-worldtune follows it, is written down in docs/cosmos3.md.
+A robot post-trains its domain's projection rows beside the adapter: `train_domain_rows` makes just those rows
+trainable (a parametrization that overwrites one row of the frozen table), the input projection's always and the
+output projection's when the task predicts actions, so no optimizer setting, weight decay included, can touch
+the 31 other embodiments' rows. What NVIDIA's recipes do, and where worldtune follows them, is written down in
+docs/cosmos3.md.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from worldtune.errors import ConfigError, DatasetError, GenerationError
-from worldtune.models.cosmos3 import PAD_ID, _pipeline_view, sample_clean_first, transformer_inputs
+from worldtune.models.cosmos3 import (NUM_TRAIN_TIMESTEPS, PAD_ID, _pipeline_view, sample_clean_first,
+                                      transformer_inputs)
 from worldtune.models.cosmos3_domains import ActionDomain
 
-MODE = "forward_dynamics"
+MODE = "forward_dynamics"  # the mode whose caption the cache stores (the pipeline writes the same for every mode)
 ROWS_FILE = "action_domain.safetensors"  # the domain's trained projection rows, beside an adapter
 SIDECAR = "worldtune_adapter.json"  # the adapter's info JSON (infer/adapters.py reads it too); key "action"
 INPUT_TABLES = ("action_proj_in.fc", "action_proj_in.bias")  # actions in: all forward dynamics reads
@@ -44,51 +49,80 @@ def padded_actions(actions: torch.Tensor, action_dim: int) -> torch.Tensor:
     return torch.nn.functional.pad(actions, (0, action_dim - actions.shape[-1]))
 
 
-def forward_dynamics_inputs(config, input_ids: torch.Tensor, x_t: torch.Tensor, frame_sigma: torch.Tensor,
-                            actions: torch.Tensor, domain_id: int, fps: float | None) -> dict[str, Any]:
-    """Keyword arguments of `Cosmos3OmniTransformer.forward` for one forward-dynamics sample.
+def action_run_inputs(config, input_ids: torch.Tensor, x_t: torch.Tensor, frame_sigma: torch.Tensor,
+                      actions: torch.Tensor, domain_id: int, fps: float | None, clean_frames: int = 1,
+                      action_sigma: torch.Tensor | None = None) -> dict[str, Any]:
+    """Keyword arguments of `Cosmos3OmniTransformer.forward` for one sample of an action run.
 
-    `input_ids` [L] text tokens; `x_t` [1, C, T, H, W] latents, clean on the first frame; `frame_sigma` [T]
-    noise level per latent frame; `actions` [K, D] the chunk (K transitions for 4*(T-1)+1 = K+1 video
-    frames), already normalised, at the domain's raw width D."""
+    `input_ids` [L] text tokens; `x_t` [1, C, T, H, W] latents, clean on the first `clean_frames` (1, or T for
+    inverse dynamics); `frame_sigma` [T] noise level per latent frame; `actions` [K, D] the chunk (K transitions
+    for 4*(T-1)+1 = K+1 video frames) at the domain's raw width D, normalised, and noised where denoised;
+    `action_sigma` its noise level when the chunk is denoised (each step a noisy token at timestep sigma x 1000,
+    as the pipeline's loop feeds it), None when every step is a clean conditioning token."""
     from diffusers import Cosmos3OmniPipeline
 
     view, dev = _pipeline_view(config), x_t.device
-    kw = transformer_inputs(config, input_ids, x_t, frame_sigma, num_cond=1, fps=fps)
+    kw = transformer_inputs(config, input_ids, x_t, frame_sigma, num_cond=clean_frames, fps=fps)
     offset = Cosmos3OmniPipeline._prepare_text_segment(view, input_ids.tolist(), dev)["vision_start_temporal_offset"]
     tokens = padded_actions(actions.to(device=dev, dtype=x_t.dtype), config.action_dim)
     seg = Cosmos3OmniPipeline._prepare_action_segment(
-        view, tokens, condition_frame_indexes=list(range(len(tokens))), mrope_offset=offset, action_fps=fps,
-        curr=kw["sequence_length"], device=dev)
+        view, tokens, condition_frame_indexes=list(range(len(tokens))) if action_sigma is None else [],
+        mrope_offset=offset, action_fps=fps, curr=kw["sequence_length"], device=dev)
+    n_noisy = seg["num_noisy_action_tokens"]
+    timesteps = (torch.zeros(0, device=dev) if action_sigma is None else
+                 (action_sigma.to(dev, torch.float32) * NUM_TRAIN_TIMESTEPS).reshape(1).expand(n_noisy))
     kw.update(
         position_ids=torch.cat([kw["position_ids"], seg["action_mrope_ids"]], dim=1),
         sequence_length=kw["sequence_length"] + seg["action_len"], action_tokens=[tokens],
         action_token_shapes=seg["action_token_shapes"], action_sequence_indexes=seg["action_sequence_indexes"],
-        action_mse_loss_indexes=seg["action_mse_loss_indexes"],
-        action_timesteps=torch.zeros(seg["num_noisy_action_tokens"], device=dev),  # none: every action is clean
+        action_mse_loss_indexes=seg["action_mse_loss_indexes"], action_timesteps=timesteps,
         action_noisy_frame_indexes=seg["action_noisy_frame_indexes"],
         action_domain_ids=[torch.tensor([domain_id], dtype=torch.long, device=dev)])
     return kw
 
 
-def predict_forward_dynamics(model: nn.Module, batch, text: torch.Tensor, actions: torch.Tensor,
-                             domain_ids: torch.Tensor, dtype: torch.dtype, fps: float | None) -> torch.Tensor:
-    """Velocity [B, 48, T, H, W] for a noised FlowBatch whose first latent frame is clean; one transformer call
-    per sample. `text` is the family's [B, 2, L] token ids (`batch.text_keep` picks the row), `actions`
-    [B, K, D] normalised chunks, `domain_ids` [B]."""
+def forward_dynamics_inputs(config, input_ids: torch.Tensor, x_t: torch.Tensor, frame_sigma: torch.Tensor,
+                            actions: torch.Tensor, domain_id: int, fps: float | None) -> dict[str, Any]:
+    """`action_run_inputs` of a forward-dynamics sample: the first latent frame and every action step clean."""
+    return action_run_inputs(config, input_ids, x_t, frame_sigma, actions, domain_id, fps)
+
+
+def predict_dynamics(model: nn.Module, batch, text: torch.Tensor, actions, domain_ids: torch.Tensor,
+                     dtype: torch.dtype, fps: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(video velocity [B, 48, T, H, W], action velocity [B, K, D]) for a noised FlowBatch and ActionBatch
+    (`worldtune.train.action_flow`), one transformer call per sample in the sample's mode: the video clean on its
+    first frame (forward dynamics, policy) or on all of them (inverse dynamics), the chunk clean or denoised.
+    `text` is the family's [B, 2, L] token ids (`batch.text_keep` picks the row), `domain_ids` [B]. Velocities are
+    zero where tokens are clean; the action velocity is cropped to the domain's raw width D."""
+    from worldtune.train.action_flow import clean_frames
     from worldtune.train.adapters import unwrap
 
-    if bool((batch.num_cond != 1).any()):
-        raise ConfigError("forward dynamics conditions on exactly the first latent frame: set "
-                          "train.cond_frames_probs = {1 = 1.0}")
     config = unwrap(model).config
-    preds = []
-    for b in range(batch.x_t.shape[0]):
+    frames, width = batch.x_t.shape[2], actions.x_t.shape[-1]
+    videos, chunks = [], []
+    for b, mode in enumerate(actions.modes):
+        if int(batch.num_cond[b]) != clean_frames(mode, frames):
+            raise ConfigError(f"a {mode} sample keeps {clean_frames(mode, frames)} latent frame(s) clean, not "
+                              f"{int(batch.num_cond[b])}: set train.cond_frames_probs = {{1 = 1.0}} (or unset it)")
         ids = text[b, 0 if bool(batch.text_keep[b] > 0) else 1]
-        kw = forward_dynamics_inputs(config, ids[ids != PAD_ID], batch.x_t[b:b + 1].to(dtype),
-                                     batch.timestep[b, 0, :, 0, 0], actions[b], int(domain_ids[b]), fps)
-        preds.append(model(**kw)[0][0])
-    return torch.cat(preds)
+        kw = action_run_inputs(config, ids[ids != PAD_ID], batch.x_t[b:b + 1].to(dtype), batch.timestep[b, 0, :, 0, 0],
+                               actions.x_t[b], int(domain_ids[b]), fps, clean_frames=int(batch.num_cond[b]),
+                               action_sigma=actions.sigma[b] if bool(actions.noisy[b] > 0) else None)
+        out = model(**kw)
+        videos.append(out[0][0])
+        chunks.append(out[2][0][:, :width])
+    return torch.cat(videos), torch.stack(chunks)
+
+
+def predict_forward_dynamics(model: nn.Module, batch, text: torch.Tensor, actions: torch.Tensor,
+                             domain_ids: torch.Tensor, dtype: torch.dtype, fps: float | None) -> torch.Tensor:
+    """Video velocity [B, 48, T, H, W] of forward-dynamics samples (`actions` [B, K, D] clean, normalised chunks):
+    `predict_dynamics` with every sample in that mode."""
+    from worldtune.train.action_flow import prepare_actions
+
+    n = batch.x_t.shape[0]
+    chunk = prepare_actions(actions, [0] * n, batch.sigma, ["forward_dynamics"] * n)
+    return predict_dynamics(model, batch, text, chunk, domain_ids, dtype, fps)[0]
 
 
 def sample_forward_dynamics(transformer: nn.Module, scheduler, x0: torch.Tensor, text: torch.Tensor,
@@ -170,9 +204,10 @@ def train_domain_rows(transformer: nn.Module, domain_id: int, init_from: int | N
     """Make one domain's rows of the action input projection trainable (weight and bias; with `outputs` also
     the output projection's) and return them; every other row stays frozen whatever the optimizer does.
 
-    Forward dynamics reads actions only through the input projection: the output projection decodes predicted
-    actions (inverse dynamics, policy) and gets no gradient here. `init_from` starts a new domain's rows from
-    another domain's trained ones instead of the checkpoint's values in that slot."""
+    Every action task reads actions in through the input projection; only tasks that denoise actions (inverse
+    dynamics, policy, joint) read them out through the output projection, so forward dynamics leaves it alone.
+    `init_from` starts a new domain's rows from another domain's trained ones instead of the checkpoint's values
+    in that slot."""
     params = []
     for table in _tables(transformer, INPUT_TABLES + (OUTPUT_TABLES if outputs else ())).values():
         if parametrize.is_parametrized(table, "weight"):
@@ -217,9 +252,10 @@ def save_action_adapter_rows(out: str | Path, transformer: nn.Module) -> Path:
 
 
 def read_action_info(adapter_dir: str | Path) -> dict[str, Any]:
-    """The forward-dynamics facts an adapter was trained with (from its info JSON, key "action"): `domain`
-    (ActionDomain.to_dict()), `normalization` and `stats` (for `worldtune.data.actions.normalize`), `names`,
-    `width`, `chunk_size`, `fps`, `tier`, `canvas`, `view_point`, `rows_file`."""
+    """The facts an action adapter was trained with (from its info JSON, key "action"): `task`
+    (forward_dynamics, inverse_dynamics or joint), `domain` (ActionDomain.to_dict()), `normalization` and `stats`
+    (for `worldtune.data.actions.normalize`), `names`, `width`, `chunk_size`, `fps`, `tier`, `canvas`,
+    `view_point`, `rows_file`."""
     folder = Path(adapter_dir)
     folder = folder.parent if folder.is_file() else folder
     path = folder / SIDECAR
@@ -227,19 +263,32 @@ def read_action_info(adapter_dir: str | Path) -> dict[str, Any]:
         info = json.loads(path.read_text(encoding="utf-8")).get("action")
     except FileNotFoundError:
         raise GenerationError(f"{folder} has no {SIDECAR}: point at the folder `worldtune train` or `worldtune "
-                              "export` wrote for a forward-dynamics run") from None
+                              "export` wrote for an action run (train.task = forward_dynamics, inverse_dynamics or "
+                              "joint)") from None
     except (OSError, ValueError, AttributeError) as e:
         raise GenerationError(f"{path} cannot be read ({type(e).__name__}): re-export the adapter") from None
     if not isinstance(info, dict) or not isinstance(info.get("domain"), dict):
-        raise GenerationError(f"{path} records no action domain: the adapter was not trained with "
-                              "train.task = \"forward_dynamics\"")
+        raise GenerationError(f"{path} records no action domain: the adapter was not trained with an action task "
+                              "(train.task = forward_dynamics, inverse_dynamics or joint)")
     return info
 
 
+def require_mode(info: dict[str, Any], mode: str, adapter: str | Path) -> None:
+    """A one-line error unless the adapter's task trained `mode` (e.g. serving forward dynamics with an adapter
+    that only learned inverse dynamics: its LoRA never saw a noisy video)."""
+    from worldtune.train.action_flow import task_modes
+
+    task = info.get("task") or "forward_dynamics"
+    if mode not in task_modes(task):
+        raise ConfigError(f"adapter {adapter} was trained with train.task = \"{task}\", which does not train "
+                          f"{mode}: use an adapter trained with train.task = \"{mode}\" or \"joint\"")
+
+
 def load_action_adapter_rows(transformer: nn.Module, adapter_dir: str | Path) -> ActionDomain:
-    """Write an adapter's trained domain rows into the transformer's action input projection (in place, at the
-    domain's slot) and register the domain with the pipeline; returns the domain. Load the LoRA itself with
-    `transformer.load_lora_adapter` as for any adapter."""
+    """Write an adapter's trained domain rows into the transformer's action projections (in place, at the domain's
+    slot: the input projection's always, the output projection's when the adapter trained them) and register the
+    domain with the pipeline; returns the domain. Load the LoRA itself with `transformer.load_lora_adapter` as for
+    any adapter."""
     from safetensors.torch import load_file
 
     info = read_action_info(adapter_dir)
@@ -253,7 +302,8 @@ def load_action_adapter_rows(transformer: nn.Module, adapter_dir: str | Path) ->
         raise GenerationError(f"{path} is missing: re-export the adapter (it holds the domain's trained rows)") from None
     except Exception as e:  # safetensors' own error type for a damaged file
         raise GenerationError(f"{path} cannot be read ({str(e).splitlines()[0][:80]}): re-export the adapter") from None
-    for name, table in _tables(transformer, INPUT_TABLES).items():
+    outputs = [n for n in OUTPUT_TABLES if f"{n}.weight" in rows]
+    for name, table in _tables(transformer, INPUT_TABLES + tuple(outputs)).items():
         row = rows.get(f"{name}.weight")
         if parametrize.is_parametrized(table, "weight"):
             raise GenerationError(f"{name} is training a domain's rows: load adapters into a plain transformer")
@@ -269,9 +319,10 @@ def load_action_adapter_rows(transformer: nn.Module, adapter_dir: str | Path) ->
 
 
 # ------------------------------------------------------------------------------ the family's interface
-class ForwardDynamics:
-    """What `train.task = "forward_dynamics"` asks of the Cosmos 3 family: the canvas, the action caption, the
-    canvas latents, the trainable domain rows, the prediction and the sampler (ModelFamily.dynamics())."""
+class ActionDynamics:
+    """What the action tasks (`train.task` = forward_dynamics, inverse_dynamics, joint) ask of the Cosmos 3
+    family: the canvas, the action caption, the canvas latents, the trainable domain rows, the prediction and the
+    forward-dynamics sampler (ModelFamily.dynamics())."""
 
     def __init__(self, family) -> None:
         self.family = family
@@ -299,10 +350,11 @@ class ForwardDynamics:
     def check_heads(self, transformer: nn.Module) -> None:
         _tables(transformer, INPUT_TABLES)
 
-    def train_rows(self, transformer: nn.Module, domain_id: int, init_from: int | None) -> list[nn.Parameter]:
-        return train_domain_rows(transformer, domain_id, init_from)
+    def train_rows(self, transformer: nn.Module, domain_id: int, init_from: int | None,
+                   outputs: bool = False) -> list[nn.Parameter]:
+        return train_domain_rows(transformer, domain_id, init_from, outputs)
 
-    predict = staticmethod(predict_forward_dynamics)
+    predict = staticmethod(predict_dynamics)
     sample = staticmethod(sample_forward_dynamics)
     save_rows = staticmethod(save_action_adapter_rows)
     merge_rows = staticmethod(merge_domain_rows)

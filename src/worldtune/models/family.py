@@ -151,13 +151,14 @@ class ModelFamily:
         return None
 
     def dynamics(self):
-        """The family's forward-dynamics interface (first frame + robot actions -> video: canvas, action
-        captions, prediction, trainable domain rows), for `train.task = "forward_dynamics"`; a family without
-        one is a one-line error."""
+        """The family's action interface (forward dynamics, inverse dynamics, policy: canvas, action captions,
+        prediction, trainable domain rows), for the action tasks of `train.task`; a family without one is a
+        one-line error."""
         from worldtune.errors import ConfigError
 
         raise ConfigError(f"{self.spec.name} is a {self.label} model, which has no action-conditioned mode: "
-                          "train.task = \"forward_dynamics\" needs a Cosmos 3 model (model.name / model.path)")
+                          "train.task = \"forward_dynamics\" (or inverse_dynamics, joint) needs a Cosmos 3 model "
+                          "(model.name / model.path)")
 
     # ------------------------------------------------------------------ generation
     def latent_shape(self, pipe, num_frames: int, height: int, width: int) -> tuple[int, ...]:

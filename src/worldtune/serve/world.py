@@ -289,9 +289,10 @@ def _adapter_actions(pipe, adapter: str) -> tuple[ActionSpace, dict[str, Any]]:
     """Load a forward-dynamics adapter (LoRA + the domain's action rows) into the model; its action space and
     the facts it was trained with (fps, tier, view point, chunk)."""
     from worldtune.infer.adapters import activate, check_adapter, load_adapters
-    from worldtune.models.cosmos3_actions import load_action_adapter_rows, read_action_info
+    from worldtune.models.cosmos3_actions import load_action_adapter_rows, read_action_info, require_mode
 
     info = read_action_info(adapter)
+    require_mode(info, "forward_dynamics", adapter)
     lora = check_adapter(adapter, pipe.transformer, "fd")
     load_adapters(pipe.transformer, [lora])
     activate(pipe.transformer, lora, True)

@@ -20,9 +20,10 @@ def save_adapter(out: str | Path, transformer: torch.nn.Module, spec, base_finge
                  state: dict[str, torch.Tensor] | None = None, action: dict | None = None) -> Path:
     """The trained adapter of `transformer` as its model family writes it, plus worldtune_adapter.json
     (the base model it belongs to, checked when it is loaded). `state`: the model's full state dict where
-    the live parameters are shards (FSDP), gathered by the caller. `action`: a forward-dynamics run's facts
-    (domain, normalisation, chunk, canvas); the domain's trained action rows are then written beside the
-    adapter (`action_domain.safetensors`) and the facts into the JSON under "action"."""
+    the live parameters are shards (FSDP), gathered by the caller. `action`: an action run's facts (task,
+    domain, normalisation, chunk, canvas); the domain's trained action rows (input projection, and output
+    projection where the task predicts actions) are then written beside the adapter (`action_domain.safetensors`)
+    and the facts into the JSON under "action"."""
     from worldtune.models.family import family_of
     from worldtune.train.adapters import adapter_metadata, peft_state_dict
 
@@ -61,6 +62,7 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     from worldtune.config import WorldtuneConfig
     from worldtune.models.load import fingerprint, load_pipeline, load_transformer, resolve_spec
     from worldtune.models.family import family_of
+    from worldtune.train.action_flow import predicts_actions
     from worldtune.train.adapters import apply_training_mode
     from worldtune.train.checkpoint import CheckpointManager
 
@@ -82,9 +84,10 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     if fp != ck["state"]["base_fingerprint"]:
         raise CheckpointError(f"{source}: the base model at model.path/name is not the one it was trained on")
     apply_training_mode(transformer, cfg.train.mode, cfg.train.lora, family_of(spec))
-    action = ck["state"].get("action")  # a forward-dynamics run: its domain's rows are trained weights too
+    action = ck["state"].get("action")  # an action run: its domain's rows are trained weights too
     if action is not None:
-        family_of(spec).dynamics().train_rows(transformer, int(action["domain"]["id"]), None)
+        family_of(spec).dynamics().train_rows(transformer, int(action["domain"]["id"]), None,
+                                              outputs=predicts_actions(action.get("task")))
     named = dict(transformer.named_parameters())
     with torch.no_grad():
         for k, v in trainable.items():

@@ -76,14 +76,15 @@ class FlowMatchingLoss:
 
     def prepare(self, x0: torch.Tensor, seeds: list[int], sigma: list[float] | None = None,
                 num_cond: list[int] | None = None) -> FlowBatch:
-        """Noise a batch. `seeds` give each sample its draws; `sigma`/`num_cond` force values (validation)."""
+        """Noise a batch. `seeds` give each sample its draws; `sigma`/`num_cond` force values (validation; an
+        action run's clean frames, which may be all of them: inverse dynamics denoises only the actions)."""
         b, c, t, h, w = x0.shape
         noise, sigmas, conds, keeps = [], [], [], []
         for i, s in enumerate(seeds):
             n, sg, k, keep = self._draw(torch.Generator().manual_seed(s), (c, t, h, w))
             noise.append(n)
             sigmas.append(sg if sigma is None else sigma[i])
-            conds.append(min(k if num_cond is None else num_cond[i], t - 1))
+            conds.append(min(k, t - 1) if num_cond is None else min(num_cond[i], t))  # forced: all clean allowed
             keeps.append(keep if sigma is None else True)
         dev = x0.device
         x0 = x0.float()

@@ -26,7 +26,7 @@ import torch.distributed as dist
 import typer
 
 from worldtune.atomic import append_jsonl, atomic_write_json, atomic_write_text, rewrite_jsonl
-from worldtune.config import WorldtuneConfig, dump_config
+from worldtune.config import ACTION_TASKS, WorldtuneConfig, dump_config
 from worldtune.console import duration, is_terminal, plain
 from worldtune.errors import CheckpointError, ConfigError, DatasetError
 from worldtune.train.adapters import (
@@ -37,6 +37,7 @@ from worldtune.models.speed import repeated_blocks
 from worldtune.train.export import save_adapter, save_consolidated
 from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
 from worldtune.data.dataset import ShardedSampler
+from worldtune.train.action_flow import action_loss, clean_frames, draw_modes, prepare_actions
 from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed
 from worldtune.train.schedule import lr_multiplier
 
@@ -84,7 +85,7 @@ class Dist:
 
 # ----------------------------------------------------------------------------------------- data
 def _open_data(cfg: WorldtuneConfig, spec, cache_mode: bool, setup=None):
-    """(cache or None, train set, held-out set, dataset info); `setup` = a forward-dynamics run's data setup."""
+    """(cache or None, train set, held-out set, dataset info); `setup` = an action run's data setup."""
     from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir
     from worldtune.data.dataset import CachedClips, DecodedClips, read_dataset
 
@@ -127,25 +128,25 @@ def _open_data(cfg: WorldtuneConfig, spec, cache_mode: bool, setup=None):
 
 
 def _open_dynamics_data(cfg: WorldtuneConfig, spec, cache_mode: bool, setup, info, rows):
-    """Forward dynamics: decoded clips with their actions, or a forward-dynamics cache made for this setup."""
+    """An action task: decoded clips with their actions, or an action cache made for this setup."""
     from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir
-    from worldtune.data.dynamics import TASK, CachedDynamicsClips, DecodedDynamicsClips
+    from worldtune.data.dynamics import CACHE_KIND, CachedDynamicsClips, DecodedDynamicsClips
 
     tc = cfg.train
     if not cache_mode:
         if (info.get("streamed") or {}).get("keep_clips") == "val":
             raise ConfigError(f"{tc.dataset} was made by `worldtune prepare --cache`, which keeps only held-out clips as "
-                              "video and caches video latents: for forward dynamics prepare again without --cache, then "
-                              "run `worldtune cache` with train.task = \"forward_dynamics\"")
+                              f"video and caches video latents: for train.task = \"{tc.task}\" prepare again without "
+                              f"--cache, then run `worldtune cache` with train.task = \"{tc.task}\"")
         return (None, DecodedDynamicsClips(tc.dataset, rows, setup, "train"),
                 DecodedDynamicsClips(tc.dataset, rows, setup, "val"), info)
     kind = family_of(spec).text_kinds[0]
     path = Path(tc.cache) if tc.cache not in (None, "auto") else default_cache_dir(
         tc.dataset, cache_settings(cfg, info, spec, kind)["key"])
     cache = LatentCache(path)
-    if cache.info.get("task") != TASK:
-        raise ConfigError(f"cache {path} holds video latents, not a forward-dynamics cache: run `worldtune cache` with "
-                          "train.task = \"forward_dynamics\" (or unset train.cache)")
+    if cache.info.get("task") != CACHE_KIND:
+        raise ConfigError(f"cache {path} holds video latents, not an action cache: run `worldtune cache` with "
+                          f"train.task = \"{tc.task}\" (or unset train.cache)")
     expect = {**cache_settings(cfg, info, spec, cache.info["text_kind"]), **setup.cache_info()}
     cache.check({k: expect[k] for k in ("model_id", "height", "width", "num_frames", "tier", "view_point",
                                         "action_normalization", "action_stats")})
@@ -250,8 +251,8 @@ class Trainer:
     def _build_data(self) -> None:
         """The cached (or decoded) clips, split into train and held-out sets."""
         tc = self.cfg.train
-        self.setup = self.dyn = None  # forward dynamics: the data setup, and the family's interface
-        if tc.task == "forward_dynamics":
+        self.setup = self.dyn = None  # an action task: the data setup, and the family's interface
+        if tc.task in ACTION_TASKS:
             from worldtune.data.dataset import read_dataset
             from worldtune.data.dynamics import resolve
 
@@ -298,8 +299,9 @@ class Trainer:
         if self.dyn is not None:
             self.dyn.check_heads(self.transformer)
         self.params = apply_training_mode(self.transformer, tc.mode, tc.lora, self.family)
-        if self.dyn is not None:  # the domain's action input-projection rows train beside the adapter
-            self.params += self.dyn.train_rows(self.transformer, self.setup.domain.id, self.setup.init_from)
+        if self.dyn is not None:  # the domain's action-projection rows (input; output if actions are predicted)
+            self.params += self.dyn.train_rows(self.transformer, self.setup.domain.id, self.setup.init_from,
+                                               outputs=self.setup.trains_outputs)
         self.mv = None  # the multi-view wrapper, when the dataset keeps camera views separate
         if (self.data_info.get("layout") or {}).get("type") == "separate":
             from worldtune.models.multiview import MultiViewTransformer
@@ -355,7 +357,7 @@ class Trainer:
             self.optimizer, lambda s: lr_multiplier(s, tc.steps, tc.warmup, tc.f_max, tc.f_min))
         if self.setup is None:
             defaults = self.family.objective_defaults(self.data_info["height"], self.data_info["width"])
-        else:  # NVIDIA keys the shift on the padded canvas; exactly the first latent frame is clean
+        else:  # NVIDIA keys the shift on the padded canvas; the mode fixes the clean frames (first, or all)
             defaults = {**self.family.objective_defaults(*self.setup.canvas), "cond_frames_probs": ((1, 1.0),)}
         self.objective: FlowMatchingLoss = flow_loss_from_config(tc, defaults)
         self.flops_per_sample = self._flops_per_sample()
@@ -412,7 +414,7 @@ class Trainer:
                                           height=self.data_info["height"], width=self.data_info["width"], fps=self.fps)
 
     def _inputs(self, items: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Clean latents, text and (forward dynamics) normalised action chunks of dataset items, on the device:
+        """Clean latents, text and (action tasks) normalised action chunks of dataset items, on the device:
         cached, or encoded here as the cache would encode them."""
         dev = self.dist.device
         actions = torch.stack([it["actions"] for it in items]).to(dev) if self.setup is not None else None
@@ -435,8 +437,8 @@ class Trainer:
 
     def _batch(self, indices: list[int], positions: list[int],
                micro: int) -> tuple[torch.Tensor, torch.Tensor, list[int], torch.Tensor | None]:
-        """Clean latents, text embeddings, per-sample seeds and (forward dynamics) action chunks of this
-        process's micro-batch."""
+        """Clean latents, text embeddings, per-sample seeds and (action tasks) action chunks of this process's
+        micro-batch."""
         tc = self.cfg.train
         gbs = tc.batch_size * self.dist.world
         seeds = [sample_seed(tc.seed, self.step, (micro * gbs) + p) for p in positions]
@@ -448,12 +450,17 @@ class Trainer:
         return x0, text, seeds, actions
 
     def _forward_loss(self, x0: torch.Tensor, text: torch.Tensor, seeds: list[int], model=None,
-                      actions: torch.Tensor | None = None, **force) -> torch.Tensor:
+                      actions: torch.Tensor | None = None, modes: list[str] | None = None, **force) -> torch.Tensor:
+        """The loss of a micro-batch; an action task's samples each run in a mode (`modes`, else drawn from their
+        seeds) that fixes their clean frames and whether their action chunk is denoised and scored."""
         model = model or self.model
         if self.mv is not None:
             from worldtune.models.multiview import multiview_flow_batch, unstack_views
 
             fb = multiview_flow_batch(self.objective, unstack_views(x0, self.mv.num_views), seeds, **force)
+        elif self.setup is not None:
+            modes = modes or draw_modes(self.setup.modes, seeds)
+            fb = self.objective.prepare(x0, seeds, **{**force, "num_cond": [clean_frames(m, x0.shape[2]) for m in modes]})
         else:
             fb = self.objective.prepare(x0, seeds, **force)
         dtype = self.amp_dtype if self.amp else next(self.transformer.parameters()).dtype
@@ -462,9 +469,12 @@ class Trainer:
             if self.setup is None:
                 pred = self.family.predict(model, fb, text, dtype, self.fps)
             else:
+                chunks = prepare_actions(actions, seeds, fb.sigma, modes)
                 domains = torch.full((x0.shape[0],), self.setup.domain.id, dtype=torch.long, device=x0.device)
-                pred = self.dyn.predict(model, fb, text, actions, domains, dtype, self.fps)
-        return self.objective.loss(pred, fb)
+                pred, action_pred = self.dyn.predict(model, fb, text, chunks, domains, dtype, self.fps)
+        if self.setup is None:
+            return self.objective.loss(pred, fb)
+        return self.objective.loss(pred, fb) + action_loss(action_pred, chunks)
 
     # ------------------------------------------------------------------ steps
     def train_step(self) -> dict[str, float]:
@@ -505,20 +515,27 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Held-out loss at fixed noise levels and fixed noise: comparable across steps and runs."""
+        """Held-out loss at fixed noise levels and fixed noise: comparable across steps and runs. An action task
+        scores every mode it trains (inverse dynamics: the action loss) and, for several, each mode apart."""
         tc = self.cfg.train
         data = self.val_set if len(self.val_set) else self.train_set
         n = min(len(data), max(1, tc.val_samples))
         self.model.eval()
-        per_sigma: dict[float, list[float]] = {s: [] for s in tc.val_sigmas}
+        modes = self.setup.modes if self.setup is not None else (None,)
+        per: dict[tuple[float, str | None], list[float]] = {(s, m): [] for s in tc.val_sigmas for m in modes}
         for i in range(n):
             x0, text, actions = self._inputs([self._item(data, i)])
             for j, s in enumerate(tc.val_sigmas):
-                loss = self._forward_loss(x0, text, [sample_seed(tc.seed + 1, 0, i * 100 + j)],
-                                          model=self.mv or self.transformer, actions=actions, sigma=[s], num_cond=[1])
-                per_sigma[s].append(float(loss))
-        out = {f"val_loss@{s:g}": sum(v) / len(v) for s, v in per_sigma.items()}
+                for m in modes:
+                    loss = self._forward_loss(x0, text, [sample_seed(tc.seed + 1, 0, i * 100 + j)],
+                                              model=self.mv or self.transformer, actions=actions,
+                                              modes=[m] if m is not None else None, sigma=[s], num_cond=[1])
+                    per[(s, m)].append(float(loss))
+        by = {k: sum(v) / len(v) for k, v in per.items()}
+        out = {f"val_loss@{s:g}": sum(by[(s, m)] for m in modes) / len(modes) for s in tc.val_sigmas}
         out["val_loss"] = sum(out.values()) / len(out)
+        if len(modes) > 1:
+            out.update({f"val_loss_{m}": sum(by[(s, m)] for s in tc.val_sigmas) / len(tc.val_sigmas) for m in modes})
         return out
 
     @torch.no_grad()
@@ -533,6 +550,8 @@ class Trainer:
         data = self.val_set if len(self.val_set) else self.train_set
         if not tc.val_videos or not self.dist.main or self.sharded or self.mv is not None or len(data) == 0:
             return []  # multi-view runs generate through worldtune.infer.multiview
+        if self.setup is not None and "forward_dynamics" not in self.setup.modes:
+            return []  # inverse dynamics generates no video: its held-out action loss is the measure
         from worldtune.data.video import write_video
         from worldtune.models.latents import decode, initial_noise, pixels_to_frames
 
@@ -551,7 +570,7 @@ class Trainer:
                 if self.setup is None:
                     lat = self.family.sample_from_first_latent(self.transformer, scheduler, x0, text, noise,
                                                                tc.val_steps, tc.val_guidance, self.fps)
-                else:  # forward dynamics: the clip's own actions drive the video
+                else:  # forward dynamics (also under joint): the clip's own actions drive the video
                     lat = self.dyn.sample(self.transformer, scheduler, x0, text, actions, self.setup.domain.id, noise,
                                           tc.val_steps, tc.val_guidance, self.fps)
             frames = pixels_to_frames(decode(vae, lat.to(dev))[0])
