@@ -15,6 +15,7 @@ measures the rest of the chain with worldtune's own stages:
    (own - other) with its bootstrap CI.
 
     python benchmarks/fd_action_sensitivity_fitted.py --out /tmp/fd_fit --json fd_fit.json           # GPU
+    python benchmarks/fd_action_sensitivity_fitted.py --out /tmp/fd_fit --steps 2000 --lr 1e-2 ...   # reuses the fit
     python benchmarks/fd_action_sensitivity_fitted.py --out /tmp/fd_fit --episodes 6 --vae-steps 2 --steps 2 \\
         --eval-steps 1 --json /tmp/fd_fit.json                                                          # CPU smoke
 """
@@ -101,12 +102,12 @@ def train_and_evaluate(out: Path, model: Path, args: argparse.Namespace) -> dict
 
     ds = out / "ds"
     if not (ds / "actions.json").exists():
-      prepare_run(load_config(None, [
-        "--prepare.source", str(out / "lerobot"), "--prepare.out", str(ds), "--prepare.num_frames", "9",
-        "--prepare.stride", "2", "--prepare.workers", "4", "--prepare.val_fraction", "0.25",
-        "--prepare.prompt_template", "plain", "--prepare.actions.key", "action", "--prepare.clip_policy", "sliding",
-        "--prepare.overlap", "5", "--prepare.layout", "single", "--prepare.cameras", f'{{exterior_1 = "{CAMERA}"}}',
-        "--prepare.height", "64", "--prepare.width", "112"]).prepare, quiet=True)
+        prepare_run(load_config(None, [
+            "--prepare.source", str(out / "lerobot"), "--prepare.out", str(ds), "--prepare.num_frames", "9",
+            "--prepare.stride", "2", "--prepare.workers", "4", "--prepare.val_fraction", "0.25",
+            "--prepare.prompt_template", "plain", "--prepare.actions.key", "action", "--prepare.clip_policy", "sliding",
+            "--prepare.overlap", "5", "--prepare.layout", "single", "--prepare.cameras", f'{{exterior_1 = "{CAMERA}"}}',
+          "--prepare.height", "64", "--prepare.width", "112"]).prepare, quiet=True)
     fd = ("--model.path", str(model), "--train.task", "forward_dynamics")
     cache_run(load_config(None, [*fd, "--cache.dataset", str(ds), "--cache.dtype", "fp32"]))
     t0 = time.time()
