@@ -107,7 +107,7 @@ def train_and_evaluate(out: Path, model: Path, args: argparse.Namespace) -> dict
             "--prepare.stride", "2", "--prepare.workers", "4", "--prepare.val_fraction", "0.25",
             "--prepare.prompt_template", "plain", "--prepare.actions.key", "action", "--prepare.clip_policy", "sliding",
             "--prepare.overlap", "5", "--prepare.layout", "single", "--prepare.cameras", f'{{exterior_1 = "{CAMERA}"}}',
-          "--prepare.height", "64", "--prepare.width", "112"]).prepare, quiet=True)
+            "--prepare.height", "64", "--prepare.width", "112"]).prepare, quiet=True)
     fd = ("--model.path", str(model), "--train.task", "forward_dynamics")
     cache_run(load_config(None, [*fd, "--cache.dataset", str(ds), "--cache.dtype", "fp32"]))
     t0 = time.time()
