@@ -181,6 +181,15 @@ def serve(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config:
     _stage("worldtune.serve.server")(cfg)
 
 
+@app.command("serve-summary")
+def serve_summary(folder: str = typer.Argument(..., help="the record folder of `worldtune serve` (serve.record)"),
+                  json_out: Optional[str] = typer.Option(None, "--json", help="also write the summary as JSON here")
+                  ) -> None:
+    """Rank the policies whose rollouts a served world model recorded: per policy label, the judge's success
+    rate (95 % Wilson interval) and mean progress (95 % bootstrap interval), skipped episodes counted."""
+    _stage("worldtune.serve.ranking")(folder, json_out)
+
+
 @app.command()
 def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every stage's output"),
          steps: int = typer.Option(200, "--steps", help="training steps"),

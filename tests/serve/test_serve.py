@@ -4,6 +4,7 @@ malformed requests answered with an error while the rollout goes on, and the gym
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -161,6 +162,33 @@ def test_bad_requests_get_one_line_errors(server):
     assert Client(server.url).info()["episode_active"] is False  # still serving
 
 
+@pytest.mark.parametrize("label, words", [
+    ("x" * 65, "65 characters: give a name of at most 64"),
+    ("pi0\nrm -rf", "do not print"),
+    ("", "is not a name"),
+    (" pi0", "is not a name"),
+    (7, "is not a name"),
+])
+def test_a_bad_policy_label_is_refused_and_the_rollout_goes_on(server, label, words):
+    import json
+    import urllib.request
+
+    from worldtune.serve.protocol import encode_frames
+
+    client = Client(server.url)
+    client.reset(_first_frames(), TASK, seed=1, policy="good")
+    body = {"frames": encode_frames(_first_frames()), "instruction": TASK, "seed": 0, "policy": label}
+    req = urllib.request.Request(server.url + "/reset", data=json.dumps(body).encode(), method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    error = json.loads(e.value.read())["error"]
+    assert e.value.code == 400 and "\n" not in error and re.search(words, error), error
+    assert server.world.rollout.policy == "good"  # the refused reset did not end the running rollout
+    client.step(policy(0))
+    assert server.world.rollout.chunks == 1
+    client.end()
+
+
 def test_gym_style_wrapper(server):
     env = WorldModelEnv(server.url, _first_frames(), TASK, max_chunks=2, seed=3)
     obs, info = env.reset()
@@ -211,8 +239,8 @@ def _scripted_judge(body: dict) -> str:
     return "1\nThe cube is in the bowl." if "1 (completed)" in prompt else "**3**\nThe cube is above the bowl."
 
 
-def _one_chunk(client: Client, seed: int = 0):
-    client.reset(_first_frames(), TASK, seed=seed)
+def _one_chunk(client: Client, seed: int = 0, label: str | None = None):
+    client.reset(_first_frames(), TASK, seed=seed, policy=label)
     client.step(policy(0))
     return client.end()
 
@@ -226,12 +254,21 @@ def test_the_judge_scores_every_ended_rollout_and_writes_it_beside_the_episode(s
     from worldtune.data.lerobot import LeRobotDataset
     from worldtune.eval.video import read_video
 
+    import pyarrow.parquet as pq
+
+    from worldtune.data.lerobot_writer import EPISODES_PATH
+    from worldtune.serve.ranking import read_episode
+
     judge_server.reply = _scripted_judge
     _judge_on(monkeypatch, server, judge_server.url)
     client = Client(server.url)
-    ended = _one_chunk(client)
+    ended = _one_chunk(client, label="pi0-v2")
     assert (ended.success, ended.progress) == (True, 0.75)
     verdict = ended.judge
+    # the policy's label: in the verdict, in the episode's metadata, and what the ranking reads back
+    assert verdict["policy"] == "pi0-v2"
+    assert pq.read_table(Path(ended.recorded) / EPISODES_PATH).column("source/policy").to_pylist() == ["pi0-v2"]
+    assert read_episode(Path(ended.recorded)) == ("pi0-v2", (True, 0.75), "")
     assert verdict["rubrics"]["task_success"]["explanation"] == "The cube is in the bowl."
     assert verdict["rubrics"]["task_progress"]["scale"] == [0, 4] and verdict["errors"] == 0
     assert json.loads((Path(ended.recorded) / "judge.json").read_text()) == verdict  # what a ranking script reads
@@ -259,13 +296,17 @@ def test_the_judge_scores_every_ended_rollout_and_writes_it_beside_the_episode(s
     client.reset(_first_frames(), TASK, seed=1)
     client.step(policy(0))
     client.reset(_first_frames(), TASK, seed=2)
-    env = WorldModelEnv(client, _first_frames(), TASK, max_chunks=1)
-    env.reset()
+    env = WorldModelEnv(client, _first_frames(), TASK, max_chunks=1, policy="octo")
+    assert env.reset()[1]["policy"] == "octo"
     *_, truncated, info = env.step(policy(0))
     assert truncated and (info["success"], info["progress"]) == (True, 0.75) and info["judge"]["errors"] == 0
+    assert info["judge"]["policy"] == "octo"
     assert (Path(info["recorded"]) / "judge.json").is_file() and env.ended[-1].judge == info["judge"]
-    over = sorted(Path(server.world.record).glob("episode_*"))[-3]  # ended by reset: recorded and judged
+    over = sorted(Path(server.world.record).glob("episode_*"))[-2]  # ended by reset: recorded and judged
     assert json.loads((over / "judge.json").read_text())["success"] is True
+    assert pq.read_table(over / EPISODES_PATH).column("source/seed").to_pylist() == [1]
+    assert read_episode(over)[0] == "(unlabelled)"  # reset without a label
+    assert "source/policy" not in pq.read_table(over / EPISODES_PATH).column_names
     # the gym rollout repeats the first (seed 0, same frames and actions): the same video, answered from the cache
     assert len(judge_server.requests) == 6 and info["judge"]["rubrics"]["task_success"]["status"] == "cached"
     assert client.info()["judge"]["judged"] == 3

@@ -2,7 +2,7 @@
 
     from worldtune.serve import Client
     world = Client("http://127.0.0.1:8765")
-    obs = world.reset({"exterior_1": frame}, "put the cube in the bowl", seed=0)   # {camera: [h, w, 3]}
+    obs = world.reset({"exterior_1": frame}, "put the cube in the bowl", seed=0, policy="pi0")  # {camera: [h, w, 3]}
     frames = world.step(policy(obs))                                             # {camera: [K, h, w, 3]}
     ended = world.end()                  # ended.recorded: the episode folder; ended.success, ended.progress: the judge's
 
@@ -37,13 +37,17 @@ class Client:
         self._info = info
         return info
 
-    def reset(self, frames: dict[str, np.ndarray] | np.ndarray, instruction: str, seed: int = 0) -> dict[str, np.ndarray]:
+    def reset(self, frames: dict[str, np.ndarray] | np.ndarray, instruction: str, seed: int = 0,
+              policy: str | None = None) -> dict[str, np.ndarray]:
         """Start a rollout from every camera's first frame [H, W, 3] uint8 (a lone array: the one camera);
-        returns the first frames as the model sees them, {camera: [h, w, 3]}."""
+        returns the first frames as the model sees them, {camera: [h, w, 3]}. `policy` labels the recording
+        (a short name), so rollouts of several policies can share one record folder and be ranked."""
         if isinstance(frames, np.ndarray):
             frames = {"image": frames}
-        answer = self._call("POST", "/reset", {"frames": encode_frames(frames), "instruction": instruction,
-                                               "seed": int(seed)})
+        body: dict[str, Any] = {"frames": encode_frames(frames), "instruction": instruction, "seed": int(seed)}
+        if policy is not None:  # only when given: an unlabelled reset is the same request as before labels
+            body["policy"] = policy
+        answer = self._call("POST", "/reset", body)
         return decode_frames(answer["observation"], "observation")
 
     def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:

@@ -31,9 +31,10 @@ class WorldModelEnv(_Base):  # type: ignore[misc, valid-type]
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, client: Client | str, frames: dict[str, np.ndarray] | np.ndarray, instruction: str,
-                 max_chunks: int | None = None, seed: int = 0) -> None:
+                 max_chunks: int | None = None, seed: int = 0, policy: str | None = None) -> None:
         self.client = client if isinstance(client, Client) else Client(client)
         self.frames, self.instruction, self.max_chunks, self.seed = frames, instruction, max_chunks, seed
+        self.policy = policy  # the label every rollout's recording carries (`Client.reset`)
         self.server = self.client.info()
         self.chunks = 0
         self.recorded: list[str] = []
@@ -41,16 +42,18 @@ class WorldModelEnv(_Base):  # type: ignore[misc, valid-type]
         self._spaces()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start a rollout (recording the previous one); `options` may replace "frames" and "instruction"."""
+        """Start a rollout (recording the previous one); `options` may replace "frames", "instruction" and
+        "policy"."""
         options = options or {}
         self.frames = options.get("frames", self.frames)
         self.instruction = options.get("instruction", self.instruction)
+        self.policy = options.get("policy", self.policy)
         if seed is not None:
             self.seed = seed
         self._end()
-        obs = self.client.reset(self.frames, self.instruction, self.seed)
+        obs = self.client.reset(self.frames, self.instruction, self.seed, self.policy)
         self.chunks = 0
-        return obs, {"chunk": 0, "instruction": self.instruction}
+        return obs, {"chunk": 0, "instruction": self.instruction, "policy": self.policy}
 
     def step(self, action: np.ndarray):
         frames = self.client.step(action)

@@ -19,7 +19,7 @@ breaker's reason, until `retry_after` seconds have passed and one request is tri
 judge.json (format `worldtune.serve.judge`, version 1):
 
     {"format": "worldtune.serve.judge", "version": 1, "episode": "episode_000003", "instruction": "...",
-     "model": "...", "endpoint": "...", "cameras": [camera keys, left to right], "frames": 49, "fps": 15,
+     "policy": "the label given at reset" | null, "model": "...", "endpoint": "...", "cameras": [camera keys, left to right], "frames": 49, "fps": 15,
      "success": true | false | null, "progress": 0.75 | null,
      "rubrics": {name: {"role": "success" | "progress" | "extra", "score": 3, "scale": [0, 4],
                         "status": "ok | parse_failed | error | skipped", "explanation": "...", "error": null}},
@@ -60,12 +60,14 @@ class RolloutJudge:
         self._roles = {r.name: "extra" for r in self.judge.rubric_list}
         self._roles.update({self.success.name: "success", self.progress.name: "progress"})
 
-    def __call__(self, episode: Path, instruction: str, written: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    def __call__(self, episode: Path, instruction: str, written: dict[str, np.ndarray] | None = None,
+                 policy: str | None = None) -> dict[str, Any]:
         """The verdict on one recorded episode, also written to `<episode>/judge.json`; `written`: its frames by
-        camera key as the recorder wrote them (None: read the episode's videos). Never raises: a judge or a write
-        that fails is reported in the verdict, the rollout and its recording stand."""
+        camera key as the recorder wrote them (None: read the episode's videos); `policy`: the rollout's label,
+        kept in the verdict so a ranking groups by it. Never raises: a judge or a write that fails is reported
+        in the verdict, the rollout and its recording stand."""
         t0 = time.perf_counter()
-        verdict = self._verdict(episode, instruction, written)
+        verdict = self._verdict(episode, instruction, written, policy)
         verdict["seconds"] = round(time.perf_counter() - t0, 3)
         try:
             from worldtune.atomic import atomic_write_json
@@ -84,9 +86,10 @@ class RolloutJudge:
                 "last_error": self.last_error}
 
     # ------------------------------------------------------------------ steps
-    def _verdict(self, episode: Path, instruction: str, written: dict[str, np.ndarray] | None) -> dict[str, Any]:
+    def _verdict(self, episode: Path, instruction: str, written: dict[str, np.ndarray] | None,
+                 policy: str | None) -> dict[str, Any]:
         head = {"format": FORMAT, "version": VERSION, "episode": episode.name, "instruction": instruction,
-                "model": self.judge.model, "endpoint": self.judge.endpoint}
+                "policy": policy, "model": self.judge.model, "endpoint": self.judge.endpoint}
         try:
             keys, frames, fps = episode_video(episode, written)
             results = self.judge.judge_frames(episode.name, frames, fps, instruction)

@@ -22,6 +22,7 @@ from worldtune.errors import ServeError
 
 DTYPES = ("uint8", "float32", "float64", "float16", "int32", "int64")  # what a request may carry
 VERSION = 1  # of the protocol: /info reports it; a client refuses a server of another version
+POLICY_CHARS = 64  # the longest policy label `reset` takes: a name for a table row, not a description
 
 
 def encode_array(a: np.ndarray) -> dict[str, Any]:
@@ -54,6 +55,27 @@ def decode_array(obj: Any, what: str) -> np.ndarray:
     if len(raw) != want:
         raise ServeError(f"{what}: {len(raw)} bytes of data, but {dtype} {shape} takes {want}")
     return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape).astype(dtype, copy=False)
+
+
+def check_policy(value: Any) -> str | None:
+    """The policy label of a `reset` (None: unlabelled). It names the rollout's recording and its row in
+    `worldtune serve-summary`, so it is a short printable name: anything else is refused in one line."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or value != value.strip():
+        raise ServeError(f"reset: policy {_shown(value)} is not a name: give a non-empty string without leading or "
+                         "trailing spaces, or leave it out")
+    if len(value) > POLICY_CHARS:
+        raise ServeError(f"reset: policy label of {len(value)} characters: give a name of at most {POLICY_CHARS}")
+    if not value.isprintable():
+        raise ServeError(f"reset: policy {_shown(value)} has characters that do not print (newline, tab, control): "
+                         "give a plain name")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def encode_frames(frames: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:

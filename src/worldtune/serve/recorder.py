@@ -26,7 +26,7 @@ from worldtune.data.lerobot_writer import LeRobotWriter, VideoEncoding
 from worldtune.errors import ConfigError
 
 EPISODE = "episode_{:06d}"
-_NAME = re.compile(r"^episode_(\d{6})$")
+EPISODE_NAME = re.compile(r"^episode_(\d{6})$")
 
 
 class EpisodeRecorder:
@@ -93,5 +93,5 @@ class EpisodeRecorder:
         return out
 
     def _next_index(self) -> int:
-        taken = [int(m.group(1)) for p in self.folder.iterdir() if (m := _NAME.match(p.name))]
+        taken = [int(m.group(1)) for p in self.folder.iterdir() if (m := EPISODE_NAME.match(p.name))]
         return max(taken, default=-1) + 1

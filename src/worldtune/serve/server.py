@@ -3,7 +3,7 @@
 Endpoints (bodies and answers are JSON; arrays as in `serve/protocol.py`):
 
     GET  /info   the model, action domain and width, cameras and their frame sizes, fps, sampling settings
-    POST /reset  {"frames": {camera: [H, W, 3] uint8}, "instruction": str, "seed": int}
+    POST /reset  {"frames": {camera: [H, W, 3] uint8}, "instruction": str, "seed": int, "policy": str (optional)}
                  -> {"observation": {camera: [h, w, 3]}, "episode_active": true}
     POST /step   {"actions": [K, D] float}  -> {"frames": {camera: [K, h, w, 3]}, "chunk": c}
     POST /end    -> {"recorded": folder or null, "judge": the judge's verdict or null (serve/judging.py)}
@@ -100,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ routes
     def _reset(self, body: dict[str, Any]) -> dict[str, Any]:
         frames = decode_frames(body.get("frames"), "frames")
-        obs = self.server.world.reset(frames, body.get("instruction", ""), body.get("seed", 0))
+        obs = self.server.world.reset(frames, body.get("instruction", ""), body.get("seed", 0), body.get("policy"))
         return {"observation": encode_frames(obs), "episode_active": True}
 
     def _step(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from worldtune.infer.dynamics import check_actions, forward_dynamics
 from worldtune.models.cosmos3_domains import ActionDomain, resolve_domain
 from worldtune.serve.cameras import CameraMap, check_stream_size, returned_size
 from worldtune.serve.judging import RolloutJudge, rollout_judge
-from worldtune.serve.protocol import Ended
+from worldtune.serve.protocol import Ended, check_policy
 from worldtune.serve.recorder import EpisodeRecorder
 
 DEFAULT_FPS = 15.0  # DROID's rate, NVIDIA's forward-dynamics recipe
@@ -61,6 +61,7 @@ class Rollout:
     seed: int
     streams: list[np.ndarray]
     chunks: int = 0
+    policy: str | None = None  # the label the policy gave at reset, written with the recording and its verdict
 
 
 class WorldModel:
@@ -97,10 +98,13 @@ class WorldModel:
                 "judge": self.judge.info() if self.judge is not None else None}
 
     # ------------------------------------------------------------------ rollout
-    def reset(self, frames: dict[str, np.ndarray], instruction: str, seed: int) -> dict[str, np.ndarray]:
+    def reset(self, frames: dict[str, np.ndarray], instruction: str, seed: int,
+              policy: str | None = None) -> dict[str, np.ndarray]:
         """Start a rollout (recording the running one first); returns every camera's first frame as the model
-        sees it, {role: [h, w, 3]}."""
+        sees it, {role: [h, w, 3]}. `policy` labels the rollout's recording (`serve/ranking.py` groups by it).
+        Every argument is checked before the running rollout is ended, so a refused reset leaves it running."""
         frames = self._by_role(frames)
+        policy = check_policy(policy)
         if not isinstance(instruction, str) or not instruction.strip():
             raise ServeError("reset: give the task instruction as a non-empty string")
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
@@ -111,11 +115,12 @@ class WorldModel:
         assert self.cameras is not None
         streams = self.cameras.to_streams(frames)
         self.end()
-        self.rollout = Rollout(instruction, seed, streams)
+        self.rollout = Rollout(instruction, seed, streams, policy=policy)
         first = self.cameras.to_cameras([s[None] for s in streams])
         if self.recorder is not None:
+            labels = {"source/policy": policy} if policy is not None else {}  # no column of nulls when unlabelled
             self.recorder.start(first, instruction, {"source/model": self.model_label, "source/seed": seed,
-                                                     "source/adapter": self.sc.adapter})
+                                                     "source/adapter": self.sc.adapter, **labels})
         return {r: f[0] for r, f in first.items()}
 
     def step(self, actions: Any) -> dict[str, np.ndarray]:
@@ -152,14 +157,14 @@ class WorldModel:
         written, so its failure cannot cost the recording."""
         if self.rollout is None:
             return Ended()
-        instruction, self.rollout = self.rollout.instruction, None
+        ended, self.rollout = self.rollout, None
         if self.recorder is None:
             return Ended()
         recorded = self.recorder.finish()
         written = self.recorder.take_written()  # taken even without a judge, so the frames are let go
         if recorded is None:
             return Ended()
-        verdict = self.judge(recorded, instruction, written) if self.judge is not None else None
+        verdict = self.judge(recorded, ended.instruction, written, ended.policy) if self.judge is not None else None
         return Ended(str(recorded), verdict)
 
     # ------------------------------------------------------------------ helpers
