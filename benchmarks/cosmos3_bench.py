@@ -115,6 +115,20 @@ def parse() -> argparse.Namespace:
 
 
 # ---------------------------------------------------------------------------------------------- timing
+def setup(args: argparse.Namespace):
+    """Device, dtype (bf16 on CUDA, fp32 on the CPU), spec (`--tiny` or Edge) and family of a Cosmos 3 benchmark;
+    room for several compiled graphs of one block (several attention kernels = several graphs)."""
+    from worldtune.models.family import family_of
+    from worldtune.models.registry import get_spec
+
+    for knob in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 64)
+    device = torch.device(args.device)
+    spec = get_spec("tiny-cosmos3" if args.tiny else "cosmos3-edge")
+    return device, torch.bfloat16 if device.type == "cuda" else torch.float32, spec, family_of(spec)
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -406,17 +420,8 @@ def bench_training(args, spec, family, device: torch.device, dtype: torch.dtype,
 
 # ---------------------------------------------------------------------------------------------- report
 def main() -> None:
-    from worldtune.models.family import family_of
-    from worldtune.models.registry import get_spec
-
     args = parse()
-    for knob in ("recompile_limit", "cache_size_limit"):  # several attention kernels = several graphs of one block
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 64)
-    device = torch.device(args.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    spec = get_spec("tiny-cosmos3" if args.tiny else "cosmos3-edge")
-    family = family_of(spec)
+    device, dtype, spec, family = setup(args)
     t_start = time.perf_counter()
     gen_rows, extra = bench_generation(args, spec, family, device, dtype)
     t_gen = time.perf_counter() - t_start

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cosmos3_bench import PROMPT, keep_fp32_modules, sync  # noqa: E402
+from cosmos3_bench import PROMPT, keep_fp32_modules, setup, sync  # noqa: E402
 
 
 def parse() -> argparse.Namespace:
@@ -220,17 +220,8 @@ def profile_transformer(pipe, family, args, device) -> dict:
 
 
 def main() -> None:
-    from worldtune.models.family import family_of
-    from worldtune.models.registry import get_spec
-
     args = parse()
-    for knob in ("recompile_limit", "cache_size_limit"):
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 64)
-    device = torch.device(args.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    spec = get_spec("tiny-cosmos3" if args.tiny else "cosmos3-edge")
-    family = family_of(spec)
+    device, dtype, spec, family = setup(args)
     torch.manual_seed(0)
     pipe = family.build_pipeline(str(device), dtype)
     keep_fp32_modules(pipe.transformer)
