@@ -122,6 +122,13 @@ def train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config:
     _stage("worldtune.train.trainer")(cfg)
 
 
+@app.command(**stage_command("model", "autoencoder"))
+def autoencoder(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
+    """Train the model's VAE from scratch as an autoencoder on prepared clips (the first step of a seed model)."""
+    cfg = _resolve(config, ctx, print_config, ("model", "autoencoder"))
+    _stage("worldtune.train.autoencoder")(cfg)
+
+
 @app.command()
 def export(checkpoint: str = typer.Argument(..., help="checkpoint directory (or a run folder: its newest)"),
            out: str = typer.Argument(..., help="output folder"),

@@ -35,6 +35,9 @@ import pyarrow.parquet as pq
 from worldtune.atomic import atomic_write_bytes
 from worldtune.data.video import VideoWriter
 
+# The scene generator's version: recorded with every model trained on its episodes (the seed models), since a
+# change of rendering, textures or trajectories changes what such a model has learned.
+SCENE_VERSION = "2026.12.1"
 CAMERA_NAMES: tuple[str, ...] = ("exterior_1_left", "exterior_2_left", "wrist_left")
 FEATURE_PREFIX = "observation.images."
 FPS = 15
@@ -313,6 +316,9 @@ class SyntheticEpisode:
     success: bool = True
     style: Literal["demo", "hard"] = "demo"
     task: str = ""
+    targets: tuple[str, ...] = ()  # blocks the arm may pick (empty = any of red, blue, green)
+    rig_jitter: float = 0.0  # "demo" style: exterior cameras re-placed by up to this many metres per episode
+    texture_seed: int | None = None  # the scene's look (None = seed): sets of other seeds in the same room
     blocks: dict[str, np.ndarray] = field(default_factory=dict)
     target: str = ""
     bowl: np.ndarray = field(default_factory=lambda: np.zeros(3))
@@ -320,7 +326,7 @@ class SyntheticEpisode:
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng([self.seed, self.index])
-        self.tex = _textures(self.seed, self.style)
+        self.tex = _textures(self.seed if self.texture_seed is None else self.texture_seed, self.style)
         # place blocks and bowl on a jittered grid of slots so they never overlap
         slots = [np.array([x, y]) for x in (-0.3, -0.1, 0.1, 0.3) for y in (-0.12, 0.12)]
         order = rng.permutation(len(slots))
@@ -331,7 +337,10 @@ class SyntheticEpisode:
         bxy = slots[order[len(names)]] + rng.uniform(-0.02, 0.02, 2)
         self.bowl = np.array([bxy[0], bxy[1], 0.0])
         self.yaws = {n: float(rng.uniform(-0.6, 0.6)) for n in names}
-        self.target = names[int(rng.integers(len(names)))]
+        allowed = [n for n in names if n in self.targets] if self.targets else names
+        if not allowed:
+            raise ValueError(f"targets {self.targets} name no block: use some of {', '.join(names)}")
+        self.target = allowed[int(rng.integers(len(allowed)))]
         shape = _BLOCKS[self.target][0]
         if not self.task:
             self.task = f"picks up the {self.target} {shape} and places it in the bowl."
@@ -343,10 +352,12 @@ class SyntheticEpisode:
             self.ext = {n: look_at(np.array(e) + jitter.uniform(-0.03, 0.03, 3),
                                    np.array([0.0, 0.02, 0.04]) + jitter.uniform(-0.03, 0.03, 3)) for n, e in eyes.items()}
         else:
-            self.ext = {
-                "exterior_1_left": look_at(np.array([-0.42, -0.62, 0.42]), np.array([0.0, 0.02, 0.04])),
-                "exterior_2_left": look_at(np.array([0.45, -0.58, 0.38]), np.array([0.0, 0.04, 0.04])),
-            }
+            jitter = np.random.default_rng([self.seed, self.index, 7])
+            j = self.rig_jitter
+            eyes = {"exterior_1_left": ([-0.42, -0.62, 0.42], [0.0, 0.02, 0.04]),
+                    "exterior_2_left": ([0.45, -0.58, 0.38], [0.0, 0.04, 0.04])}
+            self.ext = {n: look_at(np.array(e) + (jitter.uniform(-j, j, 3) if j else 0.0),
+                                   np.array(c) + (jitter.uniform(-j, j, 3) if j else 0.0)) for n, (e, c) in eyes.items()}
 
     # trajectory ---------------------------------------------------------------------------
     def gripper(self, i: int) -> tuple[np.ndarray, float, bool]:
@@ -538,14 +549,18 @@ def _render(cam: Camera, prims: list, tex: dict, depth: np.ndarray | None = None
 
 def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: int = 160,
                   failed: tuple[int, ...] = (), style: Literal["demo", "hard"] = "demo",
-                  length: int | None = None) -> list[SyntheticEpisode]:
+                  length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
+                  texture_seed: int | None = None) -> list[SyntheticEpisode]:
     """The demo's episodes: lengths 18-36 frames, every fifth one (index 3, 8, 13...) only 9-15;
-    `length` gives every episode that many frames instead."""
+    `length` gives every episode that many frames instead. `targets` limits the blocks picked (the tasks),
+    `rig_jitter` re-places the exterior cameras per episode, and `texture_seed` keeps the room of another
+    seed (the same textures, other episodes)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(episodes):
         n = int(rng.integers(9, 16)) if i % 5 == 3 else int(rng.integers(18, 37))
-        out.append(SyntheticEpisode(i, length or n, seed, height, width, success=i not in failed, style=style))
+        out.append(SyntheticEpisode(i, length or n, seed, height, width, success=i not in failed, style=style,
+                                    targets=targets, rig_jitter=rig_jitter, texture_seed=texture_seed))
     return out
 
 
@@ -631,7 +646,8 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
                        episodes_per_file: int | None = None, failed: tuple[int, ...] = (),
                        codec: str = "libx264", crf: int = 20, preset: str = "veryfast",
                        workers: int = 2, style: Literal["demo", "hard"] = "demo",
-                       length: int | None = None) -> Path:
+                       length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
+                       texture_seed: int | None = None) -> Path:
     """Render the tabletop demo and write it as a LeRobot v3.0 (default) or v2.1 dataset.
 
     v3.0: episodes are concatenated, `episodes_per_file` per mp4/parquet file (None = all in one).
@@ -641,7 +657,7 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
     rendered in `workers` processes (the default 14 episodes at 96x160 take a few seconds).
     """
     root = Path(root)
-    eps = demo_episodes(episodes, seed, height, width, failed, style, length)
+    eps = demo_episodes(episodes, seed, height, width, failed, style, length, targets, rig_jitter, texture_seed)
     tasks: dict[str, int] = {}
     for e in eps:
         tasks.setdefault(e.task, len(tasks))
