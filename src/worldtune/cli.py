@@ -211,6 +211,17 @@ def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every
     _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data, model=model)
 
 
+@app.command(context_settings=_STAGE_CTX)
+def seed(ctx: typer.Context, name: str = typer.Argument(..., help="the seed model to make, e.g. seed-predict2.5"),
+         out: str = typer.Option(..., "--out", help="work folder: data, prepared clips, the runs (resumed when "
+                                 "run again)"),
+         ship: Optional[str] = typer.Option(None, "--ship", help="where the packed weights go (default: the "
+                                            "installed package's seed folder)")) -> None:
+    """Make a seed model from scratch: scene data, prepare, autoencoder, cache, full transformer training,
+    packed weights. Extra --section.key VALUE arguments override the recipe's stage settings."""
+    _stage("worldtune.seed")(name, out, overrides=list(ctx.args), ship=ship)
+
+
 @app.command()
 def doctor() -> None:
     """Check Python, torch, CUDA vs the GPU, attention backends, libraries, codecs and disk."""
@@ -221,9 +232,11 @@ def doctor() -> None:
 @model_app.command("init")
 def model_init(name: str = typer.Argument(..., help="registry name, e.g. tiny-predict2.5"),
                out: str = typer.Argument(..., help="output directory (diffusers format)"),
-               seed: int = typer.Option(0, "--seed")) -> None:
-    """Write a complete random-initialised diffusers pipeline directory for a spec."""
-    _stage("worldtune.models.load", "init_model_dir")(name, out, seed=seed)
+               seed: int = typer.Option(0, "--seed"),
+               random_weights: bool = typer.Option(False, "--random", help="a seed model's random start instead of "
+                                                   "its trained weights")) -> None:
+    """Write a complete diffusers pipeline directory for a tiny spec (a seed model: its trained weights)."""
+    _stage("worldtune.models.load", "init_model_dir")(name, out, seed=seed, random_weights=random_weights)
 
 
 @model_app.command("info")

@@ -141,6 +141,10 @@ def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: st
     if path is None and not (name and Path(name).is_dir()):
         _check_random_allowed(spec, random_weights)
         pipe = build_pipeline(spec, seed=seed)
+        if spec.weights:
+            from worldtune.models.seeds import load_seed_weights
+
+            load_seed_weights(pipe, spec.weights)
     else:
         root = path or name
         try:
@@ -169,6 +173,10 @@ def load_transformer(name: str | None = None, path: str | None = None, *, dtype:
         _check_random_allowed(spec, random_weights)
         with seeded(seed):
             model = build_transformer(spec)
+        if spec.weights:
+            from worldtune.models.seeds import load_seed_transformer
+
+            load_seed_transformer(model, spec.weights)
     else:
         try:
             model = family_of(spec).transformer_type().from_pretrained(root, subfolder="transformer",
@@ -178,8 +186,9 @@ def load_transformer(name: str | None = None, path: str | None = None, *, dtype:
     return model.to(device=device, dtype=DTYPES[dtype]), spec
 
 
-def init_model_dir(name: str, out: str | Path, seed: int = 0) -> Path:
-    """`worldtune model init`: write a complete random-initialised diffusers directory for a spec."""
+def init_model_dir(name: str, out: str | Path, seed: int = 0, random_weights: bool = False) -> Path:
+    """`worldtune model init`: write a complete diffusers directory for a tiny spec: random-initialised, or a seed
+    model's trained weights (`random_weights` gives a seed spec's random start, where its recipe begins)."""
     spec = get_spec(name)
     if not spec.tiny:
         raise ModelError(f"{name} is real-size ({spec.description}); `model init` writes tiny models only "
@@ -188,9 +197,14 @@ def init_model_dir(name: str, out: str | Path, seed: int = 0) -> Path:
     if (out / "model_index.json").exists():
         raise ModelError(f"{out} already holds a model: choose another directory or delete it")
     pipe = build_pipeline(spec, seed=seed)
+    trained = bool(spec.weights) and not random_weights
+    if trained:
+        from worldtune.models.seeds import load_seed_weights
+
+        load_seed_weights(pipe, spec.weights)
     pipe.save_pretrained(out, safe_serialization=True)
-    atomic_write_json(out / SIDECAR, {"spec": name, "seed": seed})
-    print(f"wrote {spec.name} ({spec.pipeline_class}) to {out}")
+    atomic_write_json(out / SIDECAR, {"spec": name, "seed": seed, "weights": "seed" if trained else "random"})
+    print(f"wrote {spec.name} ({spec.pipeline_class}, {'trained seed' if trained else 'random'} weights) to {out}")
     return out
 
 
@@ -242,7 +256,12 @@ def model_id(name: str | None = None, path: str | None = None, seed: int = 0, re
     """
     path = local_model_path(path, revision)
     if path is None and not (name and Path(name).is_dir()):
-        return f"{resolve_spec(name).name}:seed{seed}"
+        spec = resolve_spec(name)
+        if spec.weights:
+            from worldtune.models.seeds import weights_digest
+
+            return f"{spec.name}:weights-{weights_digest(spec.weights)}"
+        return f"{spec.name}:seed{seed}"
     root = Path(path or name)
     check_model_dir(root)
     h = hashlib.sha256()

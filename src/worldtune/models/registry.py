@@ -49,6 +49,16 @@ _TINY_P2: dict[str, Any] = {
     "rope_scale": (20 / 24, 2.0, 2.0),
 }
 
+# Seed models (trained from scratch by `worldtune seed`, weights shipped in worldtune/seeds/): the real classes at a
+# size a CPU generates with in seconds. Wan2.1 VAE with the real 8x spatial / 4x temporal compression and 16
+# channels, 12 base channels, one residual block a stage; a 6-layer, 192-wide Cosmos-Predict2.5 transformer whose
+# text enters through the learned crossattn projection (from the frozen tiny Qwen2.5-VL, as the real 2.5).
+_SEED_VAE: dict[str, Any] = {"base_dim": 12, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 1}
+_SEED_25: dict[str, Any] = {
+    **_TINY_25, "num_attention_heads": 6, "attention_head_dim": 32, "num_layers": 6, "mlp_ratio": 4.0,
+    "text_embed_dim": 192, "adaln_lora_dim": 32, "encoder_hidden_states_channels": 192,
+}
+
 # Qwen2.5-VL-7B (Cosmos-Reason1-7B) text model; 28 layers x 3584 = the 100352-dim embedding.
 _REAL_QWEN: dict[str, Any] = {
     "text_config": {
@@ -161,7 +171,8 @@ class ModelSpec:
     fps: int
     max_sequence_length: int = 512
     lora_targets: tuple[str, ...] = LORA_TARGETS
-    tiny: bool = False
+    tiny: bool = False  # CPU-sized: built randomly without asking, run by the demo and the tests
+    weights: str | None = None  # a seed model: its trained weights ship in worldtune/seeds/<weights>/
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -196,6 +207,15 @@ SPECS: dict[str, ModelSpec] = {
             # 256: the byte-level tiny tokenizer spends ~90 tokens on the pipeline's system prompt
             height=64, width=112, num_frames=17, fps=16, max_sequence_length=256, tiny=True,
             description="Tiny random Cosmos-Predict2.5 of the same classes, for tests and the demo",
+        ),
+        ModelSpec(
+            name="seed-predict2.5", family="predict2.5", pipeline_class="Cosmos2_5_PredictBasePipeline",
+            text_encoder_kind="qwen2.5-vl", transformer=_SEED_25, vae=_SEED_VAE, text_encoder=_TINY_QWEN,
+            scheduler_class="UniPCMultistepScheduler", scheduler=_UNIPC_FLOW,
+            height=128, width=224, num_frames=17, fps=15, max_sequence_length=256, tiny=True,
+            weights="seed-predict2.5",
+            description="Seed Cosmos-Predict2.5 of the same classes, trained from scratch on the synthetic "
+                        "tabletop scene (docs/models.md): the demo's default",
         ),
         ModelSpec(
             name="tiny-predict2", family="predict2", pipeline_class="Cosmos2VideoToWorldPipeline",

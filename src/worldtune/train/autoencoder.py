@@ -163,7 +163,7 @@ class AutoencoderTrainer:
             torch.nn.utils.clip_grad_norm_(self.vae.parameters(), ac.grad_clip)
         self.optimizer.step()
         self.step += 1
-        return {"step": self.step, "loss": float(loss), "l1": float(l1), "mse": float(mse), "kl": float(kl),
+        return {"step": self.step, "loss": loss.item(), "l1": l1.item(), "mse": mse.item(), "kl": kl.item(),
                 "lr": self.optimizer.param_groups[0]["lr"], "step_time": time.time() - t0}
 
     def validate(self) -> float:

@@ -1,0 +1,207 @@
+"""`worldtune seed NAME --out DIR`: make a seed model from scratch, with worldtune's own stages.
+
+A seed model is a small model of the real classes trained on the synthetic tabletop scene, so that the demo,
+the tests and the reports measure a model that has learned something (random weights decode to flat grey).
+The recipe is the one a latent video model is made with, every step an ordinary worldtune stage:
+
+1. data: a LeRobot v3 dataset of the scene (DROID-size 180x320 cameras, a wrist camera, the exterior
+   cameras re-placed per episode) whose tasks leave some out (`held_out`): the demo post-trains on those,
+   so the adapter has something to learn that the base does not know;
+2. `worldtune prepare`: 2x2 grid clips at the model's size;
+3. `worldtune autoencoder`: the VAE from scratch (reconstruction losses, held-out PSNR);
+4. a model folder: the spec's random start with the trained VAE;
+5. `worldtune cache`, then `worldtune train` with `train.mode = "full"`: the transformer from its random
+   start, with the family's own rectified-flow objective, on the VAE's latents;
+6. pack: fp16 weights and `seed.json` (recipe, scene version, steps, seconds, curves) into the seed folder.
+
+Each step resumes (checkpoints, atomic outputs, exit 42 on SIGTERM/SIGUSR1), so the recipe runs in chunks of
+a few minutes on a GPU lent by the hour, and again from where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worldtune.config import WorldtuneConfig, load_config
+from worldtune.console import plain
+from worldtune.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SeedRecipe:
+    """How one seed model is made (every number a flag of the stage it goes to)."""
+
+    spec: str
+    episodes: int = 800  # pre-training episodes of the scene
+    targets: tuple[str, ...] = ("red", "blue")  # tasks seen in pre-training
+    held_out: tuple[str, ...] = ("green",)  # tasks left for the demo's post-training
+    rig_jitter: float = 0.04  # metres the exterior cameras move between episodes
+    data_seed: int = 1  # episodes other than the demo's (seed 0), in the same room
+    camera_height: int = 180
+    camera_width: int = 320
+    vae_steps: int = 6000
+    vae_batch: int = 16
+    vae_lr: float = 5e-4
+    steps: int = 8000
+    batch: int = 32
+    lr: float = 1e-3
+    warmup: int = 300
+
+
+RECIPES: dict[str, SeedRecipe] = {"seed-predict2.5": SeedRecipe("seed-predict2.5")}
+
+
+def recipe_for(name: str) -> SeedRecipe:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ConfigError(f"no seed recipe named {name}: one of {', '.join(RECIPES)}") from None
+
+
+def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = None) -> WorldtuneConfig:
+    """The stages' config of a recipe, every folder under `work` (overrides: dotted `--section.key value`)."""
+    from worldtune.models.registry import get_spec
+
+    spec = get_spec(recipe.spec)
+    w = str(work)
+    return load_config(None, [
+        "--model.path", f"{w}/model",
+        "--prepare.source", f"{w}/lerobot", "--prepare.out", f"{w}/dataset",
+        "--prepare.height", str(spec.height), "--prepare.width", str(spec.width),
+        "--prepare.num_frames", str(spec.num_frames), "--prepare.clip_policy", "sliding",
+        "--prepare.overlap", str(spec.num_frames - 4), "--prepare.val_fraction", "0.02",
+        "--prepare.workers", str(max(1, min(16, os.cpu_count() or 1))), "--prepare.preset", "veryfast",
+        "--autoencoder.dataset", f"{w}/dataset", "--autoencoder.out", f"{w}/runs/vae",
+        "--autoencoder.steps", str(recipe.vae_steps), "--autoencoder.batch_size", str(recipe.vae_batch),
+        "--autoencoder.lr", str(recipe.vae_lr), "--autoencoder.val_every", "500", "--autoencoder.log_every", "100",
+        "--autoencoder.checkpoint_every", "1000",
+        "--cache.dataset", f"{w}/dataset", "--cache.batch_size", "16", "--cache.text", "raw",
+        "--train.dataset", f"{w}/dataset", "--train.out", f"{w}/runs/transformer", "--train.mode", "full",
+        "--train.steps", str(recipe.steps), "--train.batch_size", str(recipe.batch), "--train.lr", str(recipe.lr),
+        "--train.warmup", str(recipe.warmup), "--train.f_max", "1.0", "--train.f_min", "0.05",
+        "--train.ema", "0.999", "--train.cond_frames_probs", "{0 = 0.2, 1 = 0.6, 2 = 0.2}",
+        "--train.compile", "false", "--train.val_every", "1000", "--train.val_samples", "16",
+        "--train.val_videos", "0", "--train.log_every", "50", "--train.checkpoint.every", "1000",
+        "--train.checkpoint.keep", "1", "--train.resume", "auto", "--train.tensorboard", "false",
+        *(overrides or []),
+    ])
+
+
+def _done(run: Path) -> bool:
+    try:
+        return json.loads((run / "run.json").read_text()).get("status") == "done"
+    except (OSError, ValueError):
+        return False
+
+
+def write_data(recipe: SeedRecipe, root: Path) -> Path:
+    """The pre-training episodes (every task but the held-out ones)."""
+    from worldtune.data.synthetic import write_demo_dataset
+
+    if (root / "meta" / "info.json").is_file():
+        return root
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_demo_dataset(tmp, episodes=recipe.episodes, seed=recipe.data_seed, texture_seed=0,
+                       height=recipe.camera_height, width=recipe.camera_width, targets=recipe.targets,
+                       rig_jitter=recipe.rig_jitter, workers=max(1, min(16, os.cpu_count() or 1)),
+                       episodes_per_file=50)
+    tmp.rename(root)
+    return root
+
+
+def assemble_model(recipe: SeedRecipe, vae_folder: Path, out: Path) -> Path:
+    """The spec's random start with the trained VAE in place of its random one."""
+    from worldtune.models.load import init_model_dir
+
+    if (out / "model_index.json").is_file():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    init_model_dir(recipe.spec, tmp, random_weights=True)
+    shutil.rmtree(tmp / "vae")
+    shutil.copytree(vae_folder, tmp / "vae")
+    tmp.rename(out)
+    return out
+
+
+def _curve(run: Path, key: str) -> list[list[float]]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [[r["step"], round(r[key], 4)] for r in rows if key in r]
+
+
+def provenance(recipe: SeedRecipe, work: Path, seconds: dict[str, float]) -> dict[str, Any]:
+    """What `seed.json` records: the recipe, the scene's version, what each stage reached and how long it took."""
+    from worldtune.data.synthetic import SCENE_VERSION
+
+    vae_run, dit_run = work / "runs" / "vae", work / "runs" / "transformer"
+    vae = json.loads((vae_run / "run.json").read_text()).get("summary", {})
+    dit = json.loads((dit_run / "run.json").read_text()).get("summary", {})
+    return {
+        "name": recipe.spec, "recipe": dataclasses.asdict(recipe), "scene_version": SCENE_VERSION,
+        "command": f"worldtune seed {recipe.spec} --out DIR",
+        "autoencoder": {"steps": vae.get("steps"), "held_out_psnr_db": vae.get("val_psnr"),
+                        "psnr_curve": _curve(vae_run, "val_psnr"), "loss_curve": _curve(vae_run, "loss")[::5]},
+        "transformer": {"steps": dit.get("steps"), "first_loss": dit.get("first_loss"),
+                        "last_loss": dit.get("last_loss"), "val_loss_curve": _curve(dit_run, "val_loss"),
+                        "loss_curve": _curve(dit_run, "loss")[::4]},
+        "seconds_this_call": seconds,
+    }
+
+
+def run(name: str, out: str, overrides: list[str] | None = None, ship: str | None = None,
+        recipe: SeedRecipe | None = None) -> dict[str, Any]:
+    """Every step of the recipe that is not done yet; `ship` (default: the package's seed folder) receives the
+    packed weights once the transformer is trained. `recipe` replaces the registered one (tests: a small one)."""
+    from worldtune.cli import _stage as stage_fn
+    from worldtune.models.seeds import pack_seed
+
+    recipe = recipe or recipe_for(name)
+    work = Path(out)
+    work.mkdir(parents=True, exist_ok=True)
+    cfg = seed_config(recipe, work, overrides)
+    seconds: dict[str, float] = {}
+
+    def step(label: str, fn) -> Any:
+        t0 = time.time()
+        plain(f"seed {name}: {label}")
+        try:
+            return fn()
+        finally:
+            seconds[label] = round(time.time() - t0, 1)
+            plain(f"seed {name}: {label} took {seconds[label]:.0f} s")
+
+    step("data", lambda: write_data(recipe, work / "lerobot"))
+    if not (work / "dataset" / "info.json").is_file():
+        step("prepare", lambda: stage_fn("worldtune.data.prepare")(cfg.prepare))
+    vae_run = Path(cfg.autoencoder.out)
+    if not _done(vae_run):
+        step("autoencoder", lambda: stage_fn("worldtune.train.autoencoder")(_random_model_cfg(cfg, recipe.spec)))
+    step("model", lambda: assemble_model(recipe, vae_run / "vae", work / "model"))
+    step("cache", lambda: stage_fn("worldtune.data.cache")(cfg))
+    dit_run = Path(cfg.train.out)
+    if not _done(dit_run):
+        step("transformer", lambda: stage_fn("worldtune.train.trainer")(cfg))
+    packed_model = work / "packed"
+    if not (packed_model / "model_index.json").is_file():
+        shutil.rmtree(packed_model, ignore_errors=True)
+        shutil.copytree(work / "model", packed_model)
+        shutil.rmtree(packed_model / "transformer")
+        shutil.copytree(dit_run / "export" / "transformer", packed_model / "transformer")
+    dest = pack_seed(packed_model, name, provenance(recipe, work, seconds), Path(ship) if ship else None)
+    plain(f"seed {name}: weights packed into {dest}")
+    return {"seed": str(dest), "seconds": seconds}
+
+
+def _random_model_cfg(cfg: WorldtuneConfig, spec: str) -> WorldtuneConfig:
+    """The config with `[model]` naming the spec (its random start) instead of a folder: the VAE is trained from
+    scratch before any model folder exists."""
+    model = cfg.model.model_copy(update={"path": None, "name": spec})
+    return cfg.model_copy(update={"model": model})
