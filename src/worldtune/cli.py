@@ -216,10 +216,13 @@ def seed(ctx: typer.Context, name: str = typer.Argument(..., help="the seed mode
          out: str = typer.Option(..., "--out", help="work folder: data, prepared clips, the runs (resumed when "
                                  "run again)"),
          ship: Optional[str] = typer.Option(None, "--ship", help="where the packed weights go (default: the "
-                                            "installed package's seed folder)")) -> None:
+                                            "installed package's seed folder)"),
+         budget_s: Optional[float] = typer.Option(None, "--budget-s", help="seconds this call may take: a fresh "
+                                                  "transformer run takes the steps that fit (a probe measures)")
+         ) -> None:
     """Make a seed model from scratch: scene data, prepare, autoencoder, cache, full transformer training,
     packed weights. Extra --section.key VALUE arguments override the recipe's stage settings."""
-    _stage("worldtune.seed")(name, out, overrides=list(ctx.args), ship=ship)
+    _stage("worldtune.seed")(name, out, overrides=list(ctx.args), ship=ship, budget_s=budget_s)
 
 
 @app.command()

@@ -39,15 +39,16 @@ class SeedRecipe:
     """How one seed model is made (every number a flag of the stage it goes to)."""
 
     spec: str
-    episodes: int = 800  # pre-training episodes of the scene
+    episodes: int = 500  # pre-training episodes of the scene
     targets: tuple[str, ...] = ("red", "blue")  # tasks seen in pre-training
     held_out: tuple[str, ...] = ("green",)  # tasks left for the demo's post-training
     rig_jitter: float = 0.04  # metres the exterior cameras move between episodes
     data_seed: int = 1  # episodes other than the demo's (seed 0), in the same room
     camera_height: int = 180
     camera_width: int = 320
-    vae_steps: int = 6000
-    vae_batch: int = 16
+    vae_steps: int = 2400
+    vae_batch: int = 8
+    vae_frames: int = 9  # two 4-frame chunks: the causal cache of a chunk after a chunk is learned, so 17 hold
     vae_lr: float = 5e-4
     steps: int = 8000
     batch: int = 32
@@ -80,7 +81,7 @@ def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = No
         "--prepare.workers", str(max(1, min(16, os.cpu_count() or 1))), "--prepare.preset", "veryfast",
         "--autoencoder.dataset", f"{w}/dataset", "--autoencoder.out", f"{w}/runs/vae",
         "--autoencoder.steps", str(recipe.vae_steps), "--autoencoder.batch_size", str(recipe.vae_batch),
-        "--autoencoder.lr", str(recipe.vae_lr), "--autoencoder.val_every", "500", "--autoencoder.log_every", "100",
+        "--autoencoder.lr", str(recipe.vae_lr), "--autoencoder.frames", str(recipe.vae_frames), "--autoencoder.val_every", "500", "--autoencoder.log_every", "100",
         "--autoencoder.checkpoint_every", "1000",
         "--cache.dataset", f"{w}/dataset", "--cache.batch_size", "16", "--cache.text", "raw",
         "--train.dataset", f"{w}/dataset", "--train.out", f"{w}/runs/transformer", "--train.mode", "full",
@@ -156,10 +157,32 @@ def provenance(recipe: SeedRecipe, work: Path, seconds: dict[str, float]) -> dic
     }
 
 
+def fit_steps(cfg: WorldtuneConfig, seconds_left: float, work: Path) -> int:
+    """Transformer steps that fit in `seconds_left`: a short probe run measures this machine's step time (the
+    recipe's learning-rate schedule then ends where the time does, instead of being cut by a kill)."""
+    from worldtune.cli import _stage as stage_fn
+
+    probe = work / "runs" / "probe"
+    shutil.rmtree(probe, ignore_errors=True)
+    tc = cfg.train.model_copy(update={"out": str(probe), "steps": 40, "log_every": 10, "val_every": 0,
+                                      "resume": None, "checkpoint": cfg.train.checkpoint.model_copy(
+                                          update={"every": 0})})
+    t0 = time.time()
+    stage_fn("worldtune.train.trainer")(cfg.model_copy(update={"train": tc}))
+    rows = [json.loads(x) for x in (probe / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    per_step = sorted(r["step_time"] for r in rows if "step_time" in r)[len(rows) // 2]
+    shutil.rmtree(probe, ignore_errors=True)
+    steps = int((seconds_left - (time.time() - t0) - 60) / max(per_step, 1e-3))
+    plain(f"seed: {per_step:.3f} s/step on this machine; {steps} steps fit in the time left")
+    return max(100, min(cfg.train.steps, steps))
+
+
 def run(name: str, out: str, overrides: list[str] | None = None, ship: str | None = None,
-        recipe: SeedRecipe | None = None) -> dict[str, Any]:
+        recipe: SeedRecipe | None = None, budget_s: float | None = None) -> dict[str, Any]:
     """Every step of the recipe that is not done yet; `ship` (default: the package's seed folder) receives the
-    packed weights once the transformer is trained. `recipe` replaces the registered one (tests: a small one)."""
+    packed weights once the transformer is trained. `recipe` replaces the registered one (tests: a small one).
+    `budget_s`: a fresh transformer run takes as many steps as fit in what is left of these seconds."""
+    t_start = time.time()
     from worldtune.cli import _stage as stage_fn
     from worldtune.models.seeds import pack_seed
 
@@ -188,6 +211,9 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
     step("cache", lambda: stage_fn("worldtune.data.cache")(cfg))
     dit_run = Path(cfg.train.out)
     if not _done(dit_run):
+        if budget_s is not None and not (dit_run / "checkpoints").is_dir():
+            steps = step("probe", lambda: fit_steps(cfg, budget_s - (time.time() - t_start), work))
+            cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
         step("transformer", lambda: stage_fn("worldtune.train.trainer")(cfg))
     packed_model = work / "packed"
     if not (packed_model / "model_index.json").is_file():
