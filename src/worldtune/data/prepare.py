@@ -48,10 +48,10 @@ import pyarrow.parquet as pq
 from worldtune.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, remove_stale_temps
 from worldtune.config import PrepareConfig
 from worldtune.data import actions as action_data
-from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, i420_exact, layout_from_dict, \
-    resize_frames, resize_i420
+from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, fit_i420, i420_exact, \
+    layout_from_dict
 from worldtune.data.lerobot import Episode, LeRobotDataset, VideoSpan
-from worldtune.data.video import VideoWriter, check_encoder, i420_frame, probe, read_frames, rgb_to_i420
+from worldtune.data.video import VideoWriter, check_encoder, i420_frame, probe, read_frames
 from worldtune.errors import ConfigError, DatasetError, WorldtuneError
 from worldtune.lock import OutputLock
 
@@ -286,11 +286,8 @@ def process_episode(job: EpisodeJob, ws: WorkerSettings) -> dict:
                               pixel_format="yuv420p" if planes else "rgb24", threads=1)
         except DatasetError as e:
             return {**base, "dropped": "truncated_video" if "truncated" in str(e) else "corrupt_video", "detail": str(e)}
-        if planes:  # each needed frame resized once, also when sliding windows share it
-            arr = resize_i420(arr, ch, cw, layout.resize)
-        else:
-            arr = [rgb_to_i420(f) for f in resize_frames(arr, ch, cw, layout.resize)]
-        frames[role] = dict(zip(idx, arr))
+        # each needed frame resized once, also when sliding windows share it
+        frames[role] = dict(zip(idx, fit_i420(arr, planes, ch, cw, layout.resize)))
     out_fps = ws.fps or fps / ws.stride
     out = Path(ws.out)
     rows = []
