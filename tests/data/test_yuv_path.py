@@ -186,3 +186,15 @@ def test_i420_planes_of_odd_chroma_rows_are_writable_views():
     flat = frames.reshape(2, -1)
     assert (flat[:, :90 * 160] == 0).all()
     assert (flat[:, 90 * 160:90 * 160 + 45 * 80] == 1).all() and (flat[:, 90 * 160 + 45 * 80:] == 2).all()
+
+
+def test_i420_planes_of_a_strided_view_are_read_only_copies():
+    """Rows that do not follow one another (a column slice) cannot be cut by bytes: the planes are a copy,
+    read-only so that a write meant for the caller's array fails loudly instead of being lost."""
+    wide = np.arange(2 * 135 * 320, dtype=np.uint32).astype(np.uint8).reshape(2, 135, 320)
+    y, u, v = i420_planes(wide[:, :, :160])
+    flat = np.ascontiguousarray(wide[:, :, :160]).reshape(2, -1)
+    assert (u == flat[:, 90 * 160:90 * 160 + 45 * 80].reshape(2, 45, 80)).all()
+    assert (y == wide[:, :90, :160]).all()
+    with pytest.raises(ValueError, match="read-only"):
+        u[:] = 0
