@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from worldtune.data.frame_size import nearest_multiples
 from worldtune.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -113,6 +114,16 @@ class PrepareConfig(Section):
     @classmethod
     def _frames_4k1(cls, v: int) -> int:
         return _check_4k1(v)
+
+    @field_validator("height", "width")
+    @classmethod
+    def _even(cls, v: int, info) -> int:
+        """yuv420p video stores colour at half resolution: a frame needs even, positive sides (a grid's
+        cells too: checked when the layout is built, as it needs both fields and the grid)."""
+        if v < 2 or v % 2:
+            raise ValueError(f"{info.field_name} must be a positive even number (yuv420p video), got {v}; "
+                             f"use {nearest_multiples(v, 2)}")
+        return v
 
 
 # ----------------------------------------------------------------------------------------- cache

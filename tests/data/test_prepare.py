@@ -11,7 +11,7 @@ from worldtune.config import PrepareConfig
 from worldtune.data import prepare as prep
 from worldtune.data.layout import i420_exact, layout_from_dict
 from worldtune.data.lerobot import LeRobotDataset
-from worldtune.data.synthetic import demo_episodes
+from worldtune.data.synthetic import demo_episodes, write_demo_dataset
 from worldtune.data.video import VideoWriter, probe, read_frames, write_video
 from worldtune.errors import ConfigError, DatasetError, DiskFullError
 
@@ -102,6 +102,43 @@ def test_clips_from_yuv_planes_match_the_rgb_path(v3_root, tmp_path, layout, hei
             assert g.shape == w.shape and _psnr(g, w) > 30, (r["clip_id"], role, _psnr(g, w))
         if layout == "grid":
             assert got[:, 24:, 40:].mean() < 1.5  # the empty cell stays black
+
+
+@pytest.fixture(scope="module")
+def droid_av1_root(tmp_path_factory):
+    """Two episodes of 3 cameras at DROID's 180x320 in AV1, as LeRobot v3.0 writes them (17 frames: one clip)."""
+    return write_demo_dataset(tmp_path_factory.mktemp("droid_av1") / "ds", episodes=2, version="v3.0", height=180,
+                              width=320, length=17, codec="libsvtav1", crf=35, preset="12", workers=1)
+
+
+def test_droid_sized_grid_at_source_size_matches_the_rgb_path(droid_av1_root, tmp_path):
+    """3 AV1 cameras of 180x320 into a 180x320 grid: cells of 90x160, whose chroma has 45 rows (an odd
+    count, once a crash). Each cell equals the RGB path's (decode to RGB, pack, encode with the same
+    settings) above the documented 40 dB; both are encoded losslessly (crf 0), so the figure measures
+    the two resize paths and not x264's noise (measured: 43 dB)."""
+    assert probe(next(droid_av1_root.glob("videos/*/*/*.mp4"))).codec in ("libdav1d", "av1")
+    out = tmp_path / "out"
+    rep = prep.run(_cfg(droid_av1_root, out, height=180, width=320, num_frames=5, stride=4, clip_policy="episode",
+                        val_fraction=0.0, crf=0), quiet=True)
+    assert rep["counts"]["clips"] == 2 and rep["counts"]["dropped_total"] == 0
+    info = json.loads((out / "info.json").read_text())
+    lay = layout_from_dict(info["layout"])
+    assert lay.cell_size() == (90, 160) and i420_exact((180, 320), 90, 160)
+    ds = LeRobotDataset(droid_av1_root)
+    for r in _manifest(out):
+        ep = next(e for e in ds.episodes if e.index == r["episode_index"])
+        idx = list(range(r["start_frame"], r["end_frame"], r["stride"]))
+        former = tmp_path / f"{r['clip_id']}_rgb.mp4"
+        with VideoWriter(former, r["fps"], crf=0, preset="medium", threads=1) as w:
+            for frame in lay.pack({role: ds.episode_frames(ep, key, idx) for role, key in info["cameras"].items()}):
+                w.write(frame)
+        clip = read_frames(out / r["video"])
+        assert clip.shape == (5, 180, 320, 3) and clip[:, 90:, 160:].max() <= 2  # the empty cell stays black
+        got, want = lay.split(clip), lay.split(read_frames(former))
+        assert got.keys() == {"exterior_1", "exterior_2", "wrist"}
+        for role in got:
+            assert got[role].shape == (5, 90, 160, 3)
+            assert _psnr(got[role], want[role]) > 40, (r["clip_id"], role, _psnr(got[role], want[role]))
 
 
 def test_val_split_is_deterministic_and_stable():

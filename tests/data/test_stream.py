@@ -25,7 +25,7 @@ class Crash(Exception):
 def _cfg(src: Path, out: Path, model_dir: Path, **cache) -> WorldtuneConfig:
     return WorldtuneConfig.model_validate({
         "model": {"path": str(model_dir)},
-        "prepare": dict(source=str(src), out=str(out), height=32, width=56, num_frames=9, workers=1, val_fraction=0.4,
+        "prepare": dict(source=str(src), out=str(out), height=32, width=64, num_frames=9, workers=1, val_fraction=0.4,
                         prompt_template="plain", preset="ultrafast"),
         "cache": dict(dtype="fp32", previews=1, **cache)})
 

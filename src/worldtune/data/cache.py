@@ -344,6 +344,19 @@ def row_encoder(dataset: str | Path, info: dict[str, Any], vae) -> tuple[RowEnco
     return packed, [lambda row: row["clip_id"]], {}
 
 
+def check_model_size(cfg, height: int, width: int, layout: dict | None, what: str, fix: str) -> None:
+    """Refuse clips `cfg.model` cannot take, in one line naming the sizes it can (before the model is loaded).
+
+    Why at cache time: a VAE fed other sizes crops the latents silently (Predict) or fails deep inside
+    (Cosmos 3), and training refuses them anyway, after the whole cache was computed."""
+    from worldtune.data.frame_size import check_model_frame_size
+    from worldtune.models.family import family_of
+    from worldtune.models.load import resolve_spec
+
+    family = family_of(resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision))
+    check_model_frame_size(height, width, layout, family.pixel_multiple, family.label, what, fix)
+
+
 def device_for(name: str, local_rank: int) -> str:
     """auto (or a bare 'cuda') -> this process's GPU, else the CPU; anything else as given."""
     if name in ("auto", "cuda"):
@@ -411,6 +424,9 @@ def run(cfg) -> dict[str, Any]:
 
         setup = dynamics.resolve(cfg, info, ccfg.dataset, resolve_spec(cfg.model.name, cfg.model.path,
                                                                        cfg.model.revision))
+    else:  # latents of the clips as they are: before loading the model, refuse a size it cannot take
+        check_model_size(cfg, info["height"], info["width"], info.get("layout"),
+                         f"dataset {ccfg.dataset} has frames of", "prepare it again with")
     enc = load_encoder(cfg, local_rank)
     actions = None
     if setup is None:

@@ -28,7 +28,7 @@ from typing import Literal
 import cv2
 import numpy as np
 
-from worldtune.data.video import i420_planes
+from worldtune.data.video import i420_planes, rgb_to_i420
 from worldtune.errors import ConfigError
 
 Resize = Literal["pad", "crop"]
@@ -121,6 +121,19 @@ def resize_i420(frames: Frames, height: int, width: int, mode: Resize = "pad") -
         for src, dst, k in planes:
             _fit(src[i], dst[i], nh // k, nw // k, y0 // k, x0 // k, interp, mode)
     return out
+
+
+def fit_i420(frames: Frames, planes: bool, height: int, width: int, mode: Resize = "pad") -> Frames:
+    """One camera's decoded frames fitted to height x width as I420 `[T, height*3/2, width]`.
+
+    `planes`: the frames are the decoder's I420 and `i420_exact` holds for their size, so each
+    plane is resized as it is; otherwise they are RGB `[T,h,w,3]`, resized in RGB and converted
+    once, as the encoder would convert them. Either way the result tiles (`tile_i420`) or encodes
+    without a further conversion.
+    """
+    if planes:
+        return resize_i420(frames, height, width, mode)
+    return np.stack([rgb_to_i420(f) for f in resize_frames(frames, height, width, mode)])
 
 
 @dataclass

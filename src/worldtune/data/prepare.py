@@ -48,10 +48,11 @@ import pyarrow.parquet as pq
 from worldtune.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, remove_stale_temps
 from worldtune.config import PrepareConfig
 from worldtune.data import actions as action_data
-from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, i420_exact, layout_from_dict, \
-    resize_frames, resize_i420
+from worldtune.data.frame_size import check_frame_size, size_steps
+from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, fit_i420, i420_exact, \
+    layout_from_dict
 from worldtune.data.lerobot import Episode, LeRobotDataset, VideoSpan
-from worldtune.data.video import VideoWriter, check_encoder, i420_frame, probe, read_frames, rgb_to_i420
+from worldtune.data.video import VideoWriter, check_encoder, i420_frame, probe, read_frames
 from worldtune.errors import ConfigError, DatasetError, WorldtuneError
 from worldtune.lock import OutputLock
 
@@ -109,21 +110,23 @@ def clean_task(text: str | None) -> str | None:
 
 
 def build_layout(cfg: PrepareConfig) -> Layout:
+    """The layout the config asks for; a size no later step can use is refused here, before any work."""
     roles = list(cfg.cameras)
     if not roles:
         raise ConfigError("prepare.cameras is empty: map at least one role to a camera feature key")
-    if cfg.height % 2 or cfg.width % 2:
-        raise ConfigError(f"prepare.height/width must be even for yuv420p video, got {cfg.height}x{cfg.width}")
     if cfg.layout == "grid":
         unknown = [r for r in cfg.grid.cells if r not in cfg.cameras]
         if unknown:
             raise ConfigError(f"prepare.grid.cells names roles {unknown} that prepare.cameras does not map")
-        lay: Layout = GridLayout(cfg.grid.rows, cfg.grid.cols, dict(cfg.grid.cells), cfg.height, cfg.width, cfg.resize)
-        ch, cw = lay.cell_size()
-        if ch % 2 or cw % 2:
-            raise ConfigError(f"grid cells of {ch}x{cw} must be even: choose prepare.height/width divisible by "
-                              f"{2 * cfg.grid.rows}x{2 * cfg.grid.cols}")
-        return lay
+        rows, cols = cfg.grid.rows, cfg.grid.cols
+        if rows < 1 or cols < 1:
+            raise ConfigError(f"prepare.grid must have at least one row and column, got {rows}x{cols}")
+        check_frame_size(cfg.height, cfg.width, size_steps(2, rows, cols),
+                         f"prepare.height/width {cfg.height}x{cfg.width} does not split into {rows}x{cols} grid cells "
+                         "of even size (yuv420p video stores colour at half resolution)")
+        return GridLayout(rows, cols, dict(cfg.grid.cells), cfg.height, cfg.width, cfg.resize)
+    check_frame_size(cfg.height, cfg.width, size_steps(2),
+                     f"prepare.height/width {cfg.height}x{cfg.width} is not even (yuv420p video)")
     if cfg.layout == "separate":
         return SeparateLayout(roles, cfg.height, cfg.width, cfg.resize)
     if len(roles) != 1:
@@ -286,11 +289,8 @@ def process_episode(job: EpisodeJob, ws: WorkerSettings) -> dict:
                               pixel_format="yuv420p" if planes else "rgb24", threads=1)
         except DatasetError as e:
             return {**base, "dropped": "truncated_video" if "truncated" in str(e) else "corrupt_video", "detail": str(e)}
-        if planes:  # each needed frame resized once, also when sliding windows share it
-            arr = resize_i420(arr, ch, cw, layout.resize)
-        else:
-            arr = [rgb_to_i420(f) for f in resize_frames(arr, ch, cw, layout.resize)]
-        frames[role] = dict(zip(idx, arr))
+        # each needed frame resized once, also when sliding windows share it
+        frames[role] = dict(zip(idx, fit_i420(arr, planes, ch, cw, layout.resize)))
     out_fps = ws.fps or fps / ws.stride
     out = Path(ws.out)
     rows = []

@@ -157,6 +157,7 @@ def run(cfg, *, on_clip: P.ClipHook | None = None) -> dict[str, Any]:
     pcfg, ccfg = cfg.prepare, cfg.cache
     root = Path(pcfg.out)
     layout = P.build_layout(pcfg)
+    C.check_model_size(cfg, pcfg.height, pcfg.width, layout.to_dict(), "prepare.height/width is", "use")
     shape = {"height": pcfg.height, "width": pcfg.width, "num_frames": pcfg.num_frames, "layout": layout.to_dict()}
     enc = C.load_encoder(cfg)
     encode_row, keys_of, extra = C.row_encoder(root, shape, enc.pipe.vae)

@@ -79,13 +79,25 @@ def probe(path: str | Path) -> VideoInfo:
 
 
 def i420_planes(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Views (Y [..., H, W], U and V [..., H/2, W/2]) into I420 frames `[..., H*3/2, W]` (writable if they are)."""
+    """Views (Y [..., H, W], U and V [..., H/2, W/2]) into I420 frames `[..., H*3/2, W]` (writable if they are).
+
+    The planes are cut from each frame's bytes, not its rows: when H/2 is odd (a 90-row frame has
+    45 chroma rows) U and V start in the middle of a packed row. That needs each frame's rows to
+    follow one another in memory; frames whose rows do not are copied and the planes are read-only,
+    so a write meant for the caller's array fails instead of being lost.
+    """
     h3, w = frames.shape[-2:]
-    h = h3 * 2 // 3
-    lead = frames.shape[:-2]
-    y = frames[..., :h, :]
-    u = frames[..., h:h + h // 4, :].reshape(*lead, h // 2, w // 2)
-    v = frames[..., h + h // 4:, :].reshape(*lead, h // 2, w // 2)
+    if h3 % 3 or w % 2:
+        raise ValueError(f"a {h3}x{w} array is not an I420 frame [H*3/2, W] of even H and W")
+    h, lead = h3 * 2 // 3, frames.shape[:-2]
+    if frames.strides[-2] != w * frames.strides[-1]:
+        frames = np.ascontiguousarray(frames)
+        frames.flags.writeable = False
+    flat = frames.reshape(*lead, h3 * w)  # a view: rows are contiguous
+    luma, chroma = h * w, h * w // 4
+    y = flat[..., :luma].reshape(*lead, h, w)
+    u = flat[..., luma:luma + chroma].reshape(*lead, h // 2, w // 2)
+    v = flat[..., luma + chroma:].reshape(*lead, h // 2, w // 2)
     return y, u, v
 
 

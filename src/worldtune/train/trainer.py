@@ -37,6 +37,7 @@ from worldtune.models.speed import repeated_blocks
 from worldtune.train.export import save_adapter, save_consolidated
 from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
 from worldtune.data.dataset import ShardedSampler
+from worldtune.data.frame_size import check_model_frame_size
 from worldtune.train.action_flow import action_loss, clean_frames, draw_modes, prepare_actions
 from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed
 from worldtune.train.schedule import lr_multiplier
@@ -264,12 +265,9 @@ class Trainer:
         if len(self.train_set) == 0:
             raise DatasetError(f"{tc.dataset}: no training clips (split='train'"
                                f"{' with cached latents' if self.cache_mode else ''}); check prepare's report")
-        m = self.family.pixel_multiple
-        for name, v in (("height", self.data_info["height"]), ("width", self.data_info["width"])):
-            if v % m:
-                raise ConfigError(f"dataset {name}={v} is not divisible by {m} (the transformer patchifies "
-                                  f"{self.family.patch}x{self.family.patch} latents of {self.family.vae_spatial}x "
-                                  f"pixels): prepare the dataset at another size")
+        check_model_frame_size(self.data_info["height"], self.data_info["width"], self.data_info.get("layout"),
+                               self.family.pixel_multiple, self.family.label, f"dataset {tc.dataset} has frames of",
+                               "prepare it again with")
         self.fps = self.data_info.get("fps") or self.spec.fps
         self.sampler = ShardedSampler(len(self.train_set), tc.seed, self.dist.rank, self.dist.world)
 
