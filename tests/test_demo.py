@@ -18,8 +18,10 @@ def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "skipped" not in p.stdout.split("worldtune demo")[-1]  # every stage ran
-    rows = [json.loads(x) for x in (out / "generations" / "generations.jsonl").read_text().splitlines()]
+    everything = [json.loads(x) for x in (out / "generations" / "generations.jsonl").read_text().splitlines()]
+    rows = [r for r in everything if not r["baseline"]]  # the baselines: the first frame held, the real clip via the VAE
     assert {r["model"] for r in rows} == {"base", "lora"}
+    assert {r["model"] for r in everything} - {"base", "lora"} == {"first_frame", "vae_round_trip"}
     assert len({r["seed"] for r in rows}) == 2
     video = out / "generations" / rows[0]["video"]
     with av.open(str(video)) as c:
@@ -45,11 +47,15 @@ def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
     for branch in ("grid", "separate"):
         train = cmp[branch]["train"]
         assert train["steps"] == 40 and train["last_loss"] < train["first_loss"], (branch, train)
-    views = [json.loads(x) for x in (out / "compare" / "gen_separate" / "generations.jsonl").read_text().splitlines()]
+    views = [r for r in map(json.loads, (out / "compare" / "gen_separate" / "generations.jsonl").read_text().splitlines())
+             if not r["baseline"]]
     assert {r["model"] for r in views} == {"base", "separate"} and all(r["sampler"] == "multiview" for r in views)
     assert all(set(r["views"]) == {"exterior_1", "exterior_2", "wrist"} for r in views)
     models = json.loads((out / "compare" / "eval" / "results.json").read_text())["models"]
-    assert {"gen_grid/base", "gen_separate/base", "grid", "separate", "real:gen_grid", "real:gen_separate"} == set(models)
+    assert {"gen_grid/base", "gen_separate/base", "grid", "separate", "real:gen_grid", "real:gen_separate"} == {
+        k for k, v in models.items() if not v["baseline"]}
+    assert {f"{g}/{b}" for g in ("gen_grid", "gen_separate") for b in ("first_frame", "vae_round_trip")} == {
+        k for k, v in models.items() if v["baseline"]}
     md = (out / "compare" / "report" / "report.md").read_text()
     assert "run_grid" in md and "run_separate" in md  # both loss curves
 
@@ -73,6 +79,7 @@ def test_demo_recipe_command_list_runs_as_written(tmp_path, monkeypatch):
         args = [str(recipe) if a == "configs/demo.toml" else a for a in cmd[1:]]
         assert main(args + faster.get(cmd[1], [])) == 0, cmd
     rows = [json.loads(x) for x in (tmp_path / "demo_out/generations/generations.jsonl").read_text().splitlines()]
-    assert {r["model"] for r in rows} == {"base", "lora"}  # [generate] includes the run's adapter, named by the run
+    # [generate] includes the run's adapter, named by the run; and the baselines
+    assert {r["model"] for r in rows} == {"base", "lora", "first_frame", "vae_round_trip"}
     assert (tmp_path / "demo_out/runs/lora/loss.png").is_file()
     assert (tmp_path / "demo_out/report/report.html").is_file()

@@ -411,6 +411,10 @@ class GenerateConfig(Section):
     device: str = Field("auto", description="auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu")
     cond_timestep: float = Field(1e-4, description="timestep of the clean conditioning frames (Predict2.5)")
     max_sequence_length: int | None = Field(None, description="text tokens; None = the model's")
+    baselines: list[Literal["first_frame", "vae_round_trip"]] = Field(
+        default_factory=lambda: ["first_frame", "vae_round_trip"],
+        description="baseline rows written beside the models' videos: first_frame (the conditioning frame held, no "
+        "dynamics), vae_round_trip (the real clip through the model's VAE, the upper bound); [] for none")
 
     @model_validator(mode="after")
     def _check(self) -> "GenerateConfig":
@@ -428,6 +432,8 @@ class GenerateConfig(Section):
         names = [a.name or a.path for a in self.adapters]
         if len(set(names)) != len(names):
             raise ValueError("generate.adapters: two adapters have the same name; give each a distinct `name`")
+        if len(set(self.baselines)) != len(self.baselines):
+            raise ValueError(f"generate.baselines lists a baseline twice: {self.baselines}")
         return self
 
 

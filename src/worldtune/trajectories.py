@@ -1,7 +1,9 @@
 """`worldtune trajectories`: generated videos + an IDM -> a policy-ready LeRobot v3.0 dataset.
 
 Reads top to bottom:
-1. the generation folder (`worldtune generate`'s info.json + generations.jsonl) and the labeller:
+1. the generation folder (`worldtune generate`'s info.json + generations.jsonl; its baseline rows, the first
+   frame held and the real clip through the VAE, are not generated videos and are left out, counted) and the
+   labeller:
    worldtune's IDM (`trajectories.labeller = "idm"`; the folder's cameras must be the IDM's) or Cosmos 3's
    inverse dynamics (`"cosmos3"`, worldtune.idm.cosmos3; it labels the packed video, and is compared with
    the IDM on the prepared dataset's held-out clips, worldtune.idm.compare); check every video exists;
@@ -46,7 +48,8 @@ SOURCE_COLUMNS = ("model", "adapter", "seed", "prompt", "params_hash", "name", "
 
 # -------------------------------------------------------------------------------------- inputs
 def read_generations(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """info.json and the generated (not ground-truth) rows of a generation folder."""
+    """info.json and the rows of a generation folder (its generated videos and its baselines; the real clips
+    have no rows)."""
     from worldtune.eval.evaluate import read_generation_folder
     from worldtune.errors import EvaluationError
 
@@ -186,11 +189,15 @@ class TrajectoryExport:
             self._check_real(self.real)
 
     def _select(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The generated videos to label: baselines (infer/baselines.py) are no model's videos and never become
+        trajectories (counted in `self.baselines_skipped`); `trajectories.models` picks among the rest."""
+        self.baselines_skipped = sum(bool(r.get("baseline")) for r in rows)
+        rows = [r for r in rows if not r.get("baseline")]
         models = sorted({str(r["model"]) for r in rows})
         unknown = [m for m in self.tc.models if m not in models]
         if unknown:
             raise ConfigError(f"trajectories.models names {unknown}, not in {self.folder / 'generations.jsonl'} "
-                              f"(it has {models})")
+                              f"(its generated models are {models}; baselines are never labelled)")
         picked = [r for r in rows if not self.tc.models or str(r["model"]) in self.tc.models]
         if not picked:
             raise DatasetError(f"{self.folder / 'generations.jsonl'} lists no generated videos")
@@ -254,7 +261,7 @@ class TrajectoryExport:
                                    f"(failed per metric: {dropped}): relax them")
             info = writer.finish()
             summary = {"out": str(self.out), "episodes": {"real": real, "synthetic": synthetic},
-                       "dropped_by_threshold": dropped, "frames": info["total_frames"], "fps": self.fps,
+                       "dropped_by_threshold": dropped, "baselines_skipped": self.baselines_skipped, "frames": info["total_frames"], "fps": self.fps,
                        "cameras": list(sizes), "codec": tc.codec, "lossless": tc.lossless,
                        "generations": str(self.folder.resolve()), "labeller": self._labeller_info(),
                        "idm": str(Path(tc.idm).resolve()) if tc.labeller == "idm" else None,
@@ -383,5 +390,7 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     e = summary["episodes"]
     Console().print(f"wrote LeRobot v3.0 dataset {summary['out']}: {e['synthetic']} synthetic + {e['real']} real "
                     f"episodes, {summary['frames']} frames at {summary['fps']} fps, cameras {summary['cameras']}"
-                    + (f"; dropped by thresholds: {summary['dropped_by_threshold']}" if summary["dropped_by_threshold"] else ""))
+                    + (f"; dropped by thresholds: {summary['dropped_by_threshold']}" if summary["dropped_by_threshold"] else "")
+                    + (f"; {summary['baselines_skipped']} baseline row(s) left out (not generated videos)"
+                       if summary["baselines_skipped"] else ""))
     return summary

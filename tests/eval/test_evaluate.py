@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,45 @@ def test_a_judge_that_is_down_fails_the_command_but_keeps_the_scores(gen_folder,
     res = json.loads((out / "results.json").read_text())
     assert res["models"]["lora"]["sampson_crossview"]["mean"] is not None
     assert res["judge"]["status"] == "ran"
+
+
+def test_a_baseline_is_scored_and_reported_like_a_model(tmp_path):
+    """A first-frame baseline (rows of both seeds naming one file) beside base and lora: scored once per input, listed
+    after the models, never the best, and below the real clip itself on dynamic PSNR."""
+    from tests.eval.eval_scene import grid_frames, make_generation_folder
+    from worldtune.config import ReportConfig
+    from worldtune.eval.pixels import pixel_metrics
+    from worldtune.eval.report import run as report
+    from worldtune.eval.video import write_video
+    from worldtune.infer.baselines import BASELINES, hold
+
+    gen = make_generation_folder(tmp_path / "gen")
+    real = grid_frames(5)
+    write_video(gen / "first_frame" / "ep0.mp4", hold(real[:1], len(real)), 16)
+    rows = [json.loads(x) for x in (gen / "generations.jsonl").read_text().splitlines()[:-1]]  # the torn line
+    rows += [{**rows[0], "model": "first_frame", "seed": s, "video": "first_frame/ep0.mp4", "baseline": True,
+              "description": BASELINES["first_frame"]} for s in (0, 1)]
+    (gen / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    res = run(EvaluateConfig(runs=[str(gen)], out=str(tmp_path / "eval"), workers=1, metrics=["sampson_crossview", "pixels"]))
+    m = res["models"]
+    assert list(m) == ["base", "lora", "first_frame", "real"]
+    held = m["first_frame"]
+    assert held["baseline"] and held["description"] == BASELINES["first_frame"] and not m["lora"]["baseline"]
+    assert held["videos"] == 2 and held["dynamic_psnr"]["n"] == 2 and held["dynamic_psnr"]["std"] == 0.0  # one file
+    # doing nothing scores below the real clip itself (lora's videos are the real clip) and below its self-score
+    truth = pixel_metrics(real, real).values["dynamic_psnr"]
+    assert held["dynamic_psnr"]["mean"] < m["lora"]["dynamic_psnr"]["mean"] - 10
+    assert held["dynamic_psnr"]["mean"] < truth - 10
+    # a frozen clip has the lowest warping error of all, yet the best model is the best generated one
+    assert held["warp_error"]["mean"] < m["lora"]["warp_error"]["mean"] and "best" not in held
+    assert "warp_error" in m["lora"]["best"]
+    assert held["vs_base"]["dynamic_psnr"]["n_pairs"] == 2
+    assert m["lora"]["vs_base"]["psnr"]["n_pairs"] == 2 and m["lora"]["vs_base"]["psnr"]["mean"] > 10  # as without it
+
+    written = report(ReportConfig(eval=str(tmp_path / "eval"), out=str(tmp_path / "report")))
+    page, md = (Path(written["html"]).read_text(), Path(written["markdown"]).read_text())
+    name = "first frame repeated (no dynamics) — baseline first_frame"
+    assert f"<tr class='baseline'><td>{name}</td>" in page and f"| {name} |" in md
+    assert f"{name} − base" in page and "Baselines are not models" in md
+    assert [v for v in written["videos"] if "first_frame" in v] == ["assets/videos/first_frame__ep0__s0.mp4"]  # once

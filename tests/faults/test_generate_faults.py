@@ -29,7 +29,7 @@ def test_crafted_names_stay_inside_the_output_folder(tiny_model_dir, tmp_path):
     out = tmp_path / "sandbox" / "gen"
     generate(_cfg(tiny_model_dir, tmp_path / "inputs.jsonl", out))
     written = [p for p in tmp_path.rglob("*.mp4")]
-    assert len(written) == 4 and all(out in p.parents for p in written), written
+    assert len(written) == 8 and all(out in p.parents for p in written), written  # 4 by the model, 4 first_frame
     assert not escape.exists()
     rows = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
     assert len({r["name"] for r in rows}) == 4

@@ -203,3 +203,24 @@ def test_a_killed_export_leaves_no_dataset_and_restarts_clean(generations, train
     summary = run(export_config(generations, idm_run, out))
     assert summary["episodes"]["synthetic"] == 8 and len(LeRobotDataset(out)) == 8
     assert not (tmp_path / ".traj.partial").exists()
+
+
+def test_baseline_rows_never_become_trajectories(generations, trained_idm, tmp_path):
+    """A folder's baselines (the first frame held, the real clip through the VAE) are no model's videos: left out,
+    counted, and not selectable by trajectories.models."""
+    idm_run, _ = trained_idm
+    folder = Path(shutil.copytree(generations, tmp_path / "with_baselines"))
+    rows = [json.loads(x) for x in (folder / "generations.jsonl").read_text().splitlines()]
+    added = []
+    for r in [r for r in rows if r["model"] == "lora"]:
+        label = "first_frame" if r["seed"] == 0 else "vae_round_trip"  # any playable files will do here
+        video = f"{label}/{r['name']}.mp4"
+        (folder / label).mkdir(exist_ok=True)
+        shutil.copyfile(folder / r["video"], folder / video)
+        added.append({**r, "model": label, "video": video, "baseline": True, "views": r["views"]})
+    (folder / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + added))
+    summary = run(export_config(folder, idm_run, tmp_path / "traj"))
+    assert summary["episodes"] == {"real": 0, "synthetic": 8} and summary["baselines_skipped"] == len(added) == 4
+    assert {e["source/model"] for e in episode_table(tmp_path / "traj")} == {"base", "lora"}
+    with pytest.raises(ConfigError, match="baselines are never labelled"):
+        TrajectoryExport(export_config(folder, idm_run, tmp_path / "x", "--trajectories.models", '["first_frame"]'))

@@ -52,9 +52,12 @@ def first_run(tiny_model_dir, folder_inputs, adapter_dir, tmp_path_factory) -> P
 
 
 def test_rows_and_files(first_run):
-    rows = _rows(first_run)
+    everything = _rows(first_run)
+    rows = {k: r for k, r in everything.items() if not r["baseline"]}
     # 2 models x 1 usable input x 2 seeds; the broken image is skipped, the lonely prompt never listed
     assert set(rows) == {(m, "cube", s) for m in ("base", "lora_a") for s in (5, 6)}
+    # baselines: the held first frame needs no real clip, the VAE round trip does (folder inputs have none)
+    assert set(everything) - set(rows) == {("first_frame", "cube", 5), ("first_frame", "cube", 6)}
     for r in rows.values():
         assert REQUIRED <= set(r)
         assert (first_run / r["video"]).is_file() and r["views"] == {} and r["ground_truth"] is None
@@ -98,7 +101,7 @@ def test_resume_skips_done_and_redoes_missing(first_run, tiny_model_dir, folder_
     after = {p: p.stat().st_mtime_ns for p in first_run.rglob("*.mp4")}
     redone = [p for p in after if after[p] != before.get(p)]
     assert redone == [gone]  # exactly the missing one, bit-identical settings otherwise untouched
-    assert len(_rows(first_run)) == 4
+    assert len(_rows(first_run)) == 6  # 4 generated + the first_frame baseline's 2 seeds
 
 
 def test_same_seed_same_video_in_a_fresh_run(first_run, tiny_model_dir, folder_inputs, tmp_path):
@@ -113,7 +116,7 @@ def test_dataset_video2world_with_views_and_ground_truth(tiny_model_dir, tmp_pat
     out = tmp_path / "out"
     run(_cfg(tiny_model_dir, ds, out, seeds=[0], steps=2, num_frames=9, mode="video2world", cond_latent_frames=2))
     rows = _rows(out)
-    assert list(rows) == [("base", "c1", 0)]  # held-out clips only
+    assert [k for k, r in rows.items() if not r["baseline"]] == [("base", "c1", 0)]  # held-out clips only
     r = rows[("base", "c1", 0)]
     assert r["instruction"] == "task 1" and r["prompt"] == "A robot does task 1." and r["num_frames"] == 9
     assert set(r["views"]) == set(r["ground_truth_views"]) == set(GRID["cells"])

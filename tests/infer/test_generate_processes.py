@@ -45,8 +45,9 @@ def test_two_processes_split_the_work_and_merge(tiny_model_dir, five_inputs, tmp
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     rows = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
-    keys = [(r["name"], r["seed"]) for r in rows]
-    assert sorted(keys) == sorted((f"in{i}", s) for i in range(5) for s in (0, 1))  # all, no duplicates
+    for model in ("base", "first_frame"):  # the model's videos and the first-frame baseline's rows
+        keys = [(r["name"], r["seed"]) for r in rows if r["model"] == model]
+        assert sorted(keys) == sorted((f"in{i}", s) for i in range(5) for s in (0, 1))  # all, no duplicates
     by_rank = {k: [json.loads(x)["name"] for x in (out / f"generations.rank{k}.jsonl").read_text().splitlines()]
                for k in (0, 1)}
     assert by_rank[0] and by_rank[1] and not set(by_rank[0]) & set(by_rank[1])  # both worked, disjoint inputs
@@ -72,7 +73,8 @@ def test_predict2_generates_with_its_pipeline_and_an_adapter(predict2_dir, five_
     out = tmp_path / "out"
     run(_cfg({"path": str(predict2_dir)}, five_inputs, out, seeds=[3], max_inputs=1,
              adapters=[{"path": str(adapter), "name": "lora"}]))
-    rows = {r["model"]: r for r in map(json.loads, (out / "generations.jsonl").read_text().splitlines())}
+    rows = {r["model"]: r for r in map(json.loads, (out / "generations.jsonl").read_text().splitlines())
+            if not r["baseline"]}
     assert set(rows) == {"base", "lora"}
     assert all(r["sampler"] == "pipeline" and r["fused_adaln"] is False for r in rows.values())
     base, lora = (read_frames(out / rows[m]["video"]).astype(int) for m in ("base", "lora"))

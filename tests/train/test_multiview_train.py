@@ -112,7 +112,12 @@ def test_generate_and_evaluate_three_views(separate_dataset, trained, tmp_path):
                              "--evaluate.workers", "1"])
     generate(cfg)
     rows = [json.loads(x) for x in (gen / "generations.jsonl").read_text().splitlines()]
+    baselines = [r for r in rows if r["baseline"]]
+    rows = [r for r in rows if not r["baseline"]]
     assert {r["model"] for r in rows} == {"base", "mv"} and len(rows) == 2 * 2  # 2 held-out clips
+    assert {r["model"] for r in baselines} == {"first_frame", "vae_round_trip"} and len(baselines) == 2 * 2
+    for r in baselines:  # each camera on its own, side by side like the model's mosaic
+        assert set(r["views"]) == set(ROLES) and read_frames(gen / r["video"]).shape == (9, 32, 3 * 48, 3)
     for r in rows:
         assert r["sampler"] == "multiview" and set(r["views"]) == set(r["ground_truth_views"]) == set(ROLES)
         views = {role: read_frames(gen / p) for role, p in r["views"].items()}

@@ -21,6 +21,11 @@ when it exists, worldtune.eval.sampson), the pixel metrics against the real cont
 Every model is compared with the base model over the same (input, seed) pairs: paired mean
 difference, a 95 % bootstrap CI over inputs and a win rate (worldtune.eval.stats).
 
+Baselines (rows with `baseline` true, worldtune.infer.baselines: the first frame held, the real clip through the
+VAE) are scored and compared like models; they are marked `baseline` in results.json, listed after the models and
+never counted as the best model of a metric. Rows that name the same file for the same input (a baseline's rows
+of every seed) are scored once.
+
 `evaluate.mode = "actions"` first writes the folder to score: a Cosmos 3 forward-dynamics model (base and
 adapters) driven by each held-out clip's real actions, and by another episode's actions
 (worldtune.eval.dynamics). Pixel metrics are then also kept per camera view, and every model driven both ways
@@ -66,6 +71,8 @@ class Entry:
     layout: dict[str, Any] | None = None
     instruction: str | None = None
     prompt: str | None = None
+    baseline: bool = False  # a baseline of the generation folder (worldtune.infer.baselines), not a model's video
+    description: str | None = None  # a baseline's words for a report
 
     @property
     def key(self) -> str:
@@ -133,7 +140,8 @@ def collect_entries(runs: Sequence[str | Path], max_videos: int | None = None) -
                 label = f"{root.name}/{label}"
             entries.append(Entry(model=label, name=str(row["name"]), seed=row.get("seed"), run=str(root),
                                  video=root / row["video"], views={k: root / v for k, v in (row.get("views") or {}).items()},
-                                 layout=layout, instruction=row.get("instruction"), prompt=row.get("prompt")))
+                                 layout=layout, instruction=row.get("instruction"), prompt=row.get("prompt"),
+                                 baseline=bool(row.get("baseline")), description=row.get("description")))
             gt = row.get("ground_truth")
             if gt and str((root / gt).resolve()) not in refs:
                 refs[str((root / gt).resolve())] = Entry(
@@ -144,6 +152,20 @@ def collect_entries(runs: Sequence[str | Path], max_videos: int | None = None) -
                         "dataset": info.get("dataset"),
                         "models": sorted({str(r["model"]) for r in rows})})
     return entries + list(refs.values()), summary
+
+
+def shared_files(entries: Sequence[Entry]) -> tuple[list[Entry], dict[str, str]]:
+    """The entries to score (one per distinct file of an input) and, for every entry key, the key of the entry
+    scored for it: rows that name one file (a baseline's rows of every seed) get one score, computed once."""
+    first: dict[tuple, str] = {}
+    scored, same = [], {}
+    for e in entries:
+        k = (e.run, e.name, e.reference, str(e.video), tuple(sorted((r, str(v)) for r, v in e.views.items())))
+        if k not in first:
+            first[k] = e.key
+            scored.append(e)
+        same[e.key] = first[k]
+    return scored, same
 
 
 # ------------------------------------------------------------------------------------- metrics
@@ -400,11 +422,14 @@ def aggregate(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[d
     models: dict[str, Any] = {}
     inputs: dict[str, dict[str, Any]] = {}
     labels = {r["model"] for r in rows}
-    for label in sorted(labels, key=lambda m: (is_reference(m), is_other(m), m != BASE, m)):
+    described = {r["model"]: r.get("description") for r in rows if r.get("baseline")}  # baselines, in their words
+    for label in sorted(labels, key=lambda m: (is_reference(m), m in described, is_other(m), m != BASE, m)):
         mine = [r for r in rows if r["model"] == label]
         names = sorted({r["name"] for r in mine})
-        models[label] = {"reference": is_reference(label), "videos": len(mine), "inputs": len(names),
-                         **{m: stats([r.get(m) for r in mine]) for m in metrics}}
+        models[label] = {"reference": is_reference(label), "baseline": label in described, "videos": len(mine),
+                         "inputs": len(names), **{m: stats([r.get(m) for r in mine]) for m in metrics}}
+        if label in described:
+            models[label]["description"] = described[label]
         views = per_view(mine, metrics)
         if views:
             models[label]["views"] = views
@@ -417,7 +442,7 @@ def aggregate(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[d
                     role: {m: action_sensitivity(rows, label, m, role) for m in views[role]} for role in views}
         inputs[label] = {n: {m: stats([r.get(m) for r in mine if r["name"] == n]) for m in metrics} for n in names}
     for m in metrics:  # the best generated model per metric, for highlighting
-        means = {k: v[m]["mean"] for k, v in models.items() if not v["reference"]}
+        means = {k: v[m]["mean"] for k, v in models.items() if not v["reference"] and not v["baseline"]}
         for k in best_models(means, higher_is_better=m not in LOWER_IS_BETTER):
             models[k].setdefault("best", []).append(m)
     return models, inputs
@@ -458,7 +483,8 @@ def print_summary(results: dict[str, Any]) -> None:
         for m in metrics:
             v = s[m]
             cells.append("—" if v["mean"] is None else f"{v['mean']:.3f} ± {v['std']:.3f} (n={v['n']})")
-        table.add_row(label + (" (reference)" if s["reference"] else ""), str(s["videos"]), *cells)
+        table.add_row(label + (" (reference)" if s["reference"] else f" (baseline: {s.get('description') or label})"
+                               if s.get("baseline") else ""), str(s["videos"]), *cells)
     console = Console()
     console.print(table)
     sens = {label: s["action_sensitivity"] for label, s in results["models"].items() if "action_sensitivity" in s}
@@ -517,16 +543,20 @@ def run(cfg: Any) -> dict[str, Any]:
         raise EvaluationError(f"no videos in {cfg.runs}: the generation folders' generations.jsonl are empty")
     sampson_metrics = [m for m in metrics if m in SAMPSON_METRICS]
     dataset = find_dataset(cfg, runs)
-    sampson, rig = run_sampson(entries, cfg, sampson_metrics, dataset) if sampson_metrics else ({}, {})
-    pixels = run_pixels(entries, cfg, metrics) if any(m in PIXEL_METRICS for m in metrics) else {}
-    real_warp = {(e.run, e.name): pixels[e.key].get("warp_error_real") for e in entries if e.key in pixels}
+    scored, same = shared_files(entries)
+    sampson, rig = run_sampson(scored, cfg, sampson_metrics, dataset) if sampson_metrics else ({}, {})
+    pixels = run_pixels(scored, cfg, metrics) if any(m in PIXEL_METRICS for m in metrics) else {}
+    real_warp = {(e.run, e.name): pixels[e.key].get("warp_error_real") for e in scored if e.key in pixels}
     rows = []
     for e in entries:
         row: dict[str, Any] = {"model": e.model, "name": e.name, "seed": e.seed, "run": e.run, "reference": e.reference,
-                               "video": str(e.video.resolve()), "views": {k: str(v.resolve()) for k, v in e.views.items()},
+                               "baseline": e.baseline, "video": str(e.video.resolve()),
+                               "views": {k: str(v.resolve()) for k, v in e.views.items()},
                                "instruction": e.instruction, "prompt": e.prompt}
-        row.update(sampson.get(e.key, {}))
-        row.update(pixels.get(e.key, {}))
+        if e.description:
+            row["description"] = e.description
+        row.update(sampson.get(same[e.key], {}))
+        row.update(pixels.get(same[e.key], {}))
         if e.reference and "warp_error" in metrics:
             row["warp_error"] = real_warp.get((e.run, e.name))
         row["status"] = row.get("sampson_status", "ok")
@@ -534,14 +564,15 @@ def run(cfg: Any) -> dict[str, Any]:
 
     def finish(judge_status: dict[str, Any], judged: dict[str, dict[str, Any]]) -> dict[str, Any]:
         for r, e in zip(rows, entries):
-            r.update(judged.get(e.key, {}))
+            r.update(judged.get(same[e.key], {}))
         models, inputs = aggregate(rows, metrics)
         results: dict[str, Any] = {
             "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "out": str(out), "config": cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else dict(vars(cfg)),
             "runs": runs, "metrics": metrics, "lower_is_better": sorted(set(metrics) & LOWER_IS_BETTER),
             "models": models, "inputs": inputs, "judge": judge_status, "rig": rig,
-            "sampson": _sampson_summary(entries, sampson, sampson_metrics),
+            "sampson": _sampson_summary(entries, {e.key: sampson[same[e.key]] for e in entries
+                                                  if same[e.key] in sampson}, sampson_metrics),
             "files": {"videos": "videos.jsonl", "csv": "videos.csv"}, "seconds": round(time.time() - t0, 2),
         }
         write_rows(out, rows, metrics)
@@ -550,7 +581,7 @@ def run(cfg: Any) -> dict[str, Any]:
 
     finish({"status": "pending"}, {})
     try:
-        judged, judge_status = run_judge(entries, cfg, metrics, out)
+        judged, judge_status = run_judge(scored, cfg, metrics, out)
     except Exception as e:  # noqa: BLE001 - a broken judge must not lose the scores above
         judged, judge_status = {}, {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
     results = finish(judge_status, judged)

@@ -1,6 +1,7 @@
 """`worldtune report`: one HTML page (plus an assets folder) and a Markdown summary of an evaluation.
 
-What it shows: the models x metrics table (mean ± std, n; the real clips as a reference row),
+What it shows: the models x metrics table (mean ± std, n; the baselines of the generation folder, marked as
+such, and the real clips as a reference row),
 one bar plot per metric, the training loss curves of the runs given (`report.runs`: folders with
 `metrics.jsonl` lines holding at least `step` and `loss`, and `run.json`), and per input a row of
 videos side by side (base, each adapter, the real clip; same seed), each with its scores and the
@@ -96,6 +97,22 @@ def load_run(folder: str | Path) -> dict[str, Any]:
     return run
 
 
+def display_name(label: str, s: dict[str, Any]) -> str:
+    """A model's name in tables: its label; a baseline's words and label; the real clips marked as reference.
+    `s` is the model's results.json entry or one of its video rows."""
+    if s.get("reference"):
+        return f"{label} (reference)"
+    if s.get("baseline"):
+        return f"{s.get('description') or label} — baseline {label}"
+    return label
+
+
+BASELINE_NOTE = ("Baselines are not models: 'first frame repeated' holds the conditioning frame for every frame "
+                 "(what a model without dynamics scores); 'real clip through the VAE' is the real continuation "
+                 "encoded and decoded by the model's own VAE (the most any generated video can reach through it). A "
+                 "model is worth its cost where it beats the first, and the gap to the second is what is left to gain")
+
+
 # ----------------------------------------------------------------------------------------- plots
 def _fmt(stat: dict[str, Any] | None, digits: int = 2) -> str:
     if not stat or stat.get("mean") is None:
@@ -118,7 +135,8 @@ def plot_metric(results: dict[str, Any], metric: str, path: Path) -> Path | None
         labels.append(label)
         means.append(st["mean"])
         stds.append(st["std"] or 0.0)
-        colors.append("#999999" if s.get("reference") else "#3b75af" if label == "base" else "#e1812c")
+        colors.append("#999999" if s.get("reference") else "#cfcfcf" if s.get("baseline") else
+                      "#3b75af" if label == "base" else "#e1812c")
     if not labels:
         return None
     fig, ax = plt.subplots(figsize=(max(3.5, 1.1 * len(labels) + 1.5), 3.0), dpi=110)
@@ -175,6 +193,7 @@ def _ema(values: Sequence[float], decay: float | None = None) -> list[float]:
 def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> Path | None:
     """A pixel metric over the horizon: per model, the mean over its videos of the per-frame curve."""
     by_model: dict[str, list[list[float | None]]] = {}
+    baselines = {r["model"] for r in rows if r.get("baseline")}
     for r in rows:
         c = (r.get("pixel_curves") or {}).get(metric)
         if c:
@@ -187,11 +206,11 @@ def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> Path 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(4.2, 3.0), dpi=110)
-    for label, curves in sorted(by_model.items(), key=lambda kv: (kv[0] != "base", kv[0])):
+    for label, curves in sorted(by_model.items(), key=lambda kv: (kv[0] in baselines, kv[0] != "base", kv[0])):
         n = min(len(c) for c in curves)
         mean = [np.nanmean([np.nan if c[i] is None else c[i] for c in curves]) for i in range(n)]
         ax.plot(range(1, n + 1), mean, label=label, color="#3b75af" if label == "base" else None,
-                linestyle="--" if label.endswith(OTHER_SUFFIX) else "-")
+                linestyle=":" if label in baselines else "--" if label.endswith(OTHER_SUFFIX) else "-")
     ax.set_title(f"{METRIC_TITLES.get(metric, metric)} over the horizon", fontsize=9)
     ax.set_xlabel("generated frame (after the conditioning frames)", fontsize=8)
     ax.legend(fontsize=7)
@@ -237,7 +256,7 @@ def publish_video(src: str | Path, dst_stem: Path, fmt: str = "auto") -> Path | 
 
 
 def example_rows(rows: Sequence[dict[str, Any]], limit: int) -> list[tuple[str, Any, list[dict[str, Any]]]]:
-    """Per (input, seed): base first, then adapters, then the real clip; inputs in name order."""
+    """Per (input, seed): base first, then adapters, then the baselines, then the real clip; inputs in name order."""
     gen = [r for r in rows if not r.get("reference")]
     refs: dict[str, list[dict[str, Any]]] = {}  # one real clip per input and folder
     for r in rows:
@@ -247,7 +266,7 @@ def example_rows(rows: Sequence[dict[str, Any]], limit: int) -> list[tuple[str, 
     out = []
     for name, seed in keys:
         cells = sorted((r for r in gen if r["name"] == name and r["seed"] == seed),
-                       key=lambda r: (r["model"] != "base", r["model"]))
+                       key=lambda r: (bool(r.get("baseline")), r["model"] != "base", r["model"]))
         cells.extend(refs.get(name, []))
         out.append((name, seed, cells))
     seen: list[str] = []
@@ -270,6 +289,7 @@ h1{margin-bottom:0}.sub{color:#666;margin-top:.2em}
 td.best{font-weight:600;background:#e8f5e9}
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.35em .7em;text-align:right}
 th:first-child,td:first-child{text-align:left}tr.ref td{color:#666;font-style:italic}
+tr.baseline td{color:#555;background:#f6f6f6}
 .note{background:#fff6d6;border:1px solid #e7c450;padding:.6em 1em;border-radius:4px;margin:1em 0}
 .plots img{max-width:460px;margin:.3em}
 .example{border-top:1px solid #ddd;padding:.8em 0}.cells{display:flex;flex-wrap:wrap;gap:1em}
@@ -287,18 +307,22 @@ def _metrics_table_html(results: dict[str, Any]) -> str:
     for label, s in results["models"].items():
         best = set(s.get("best", []))
         cells = "".join(f"<td{' class=best' if m in best else ''}>{_fmt(s.get(m))}</td>" for m in metrics)
-        name = html.escape(label) + (" (reference)" if s.get("reference") else "")
-        body.append(f"<tr class='{'ref' if s.get('reference') else ''}'><td>{name}</td><td>{s['videos']}</td>{cells}</tr>")
+        kind = "ref" if s.get("reference") else "baseline" if s.get("baseline") else ""
+        body.append(f"<tr class='{kind}'><td>{html.escape(display_name(label, s))}</td><td>{s['videos']}</td>{cells}</tr>")
     table = f"<table><tr><th>model</th><th>videos</th>{head}</tr>{''.join(body)}</table>"
     deltas = []
     for label, s in results["models"].items():
         if "vs_base" in s:
             cells = "".join(f"<td title='{html.escape(s['vs_base'][m].get('reason') or '')}'>{html.escape(delta_text(s['vs_base'][m]))}</td>"
                             for m in metrics)
-            deltas.append(f"<tr><td>{html.escape(label)} − base</td>{cells}</tr>")
+            deltas.append(f"<tr class='{'baseline' if s.get('baseline') else ''}'>"
+                          f"<td>{html.escape(display_name(label, s))} − base</td>{cells}</tr>")
+    if any(s.get("baseline") for s in results["models"].values()):
+        table += f"<p>{html.escape(BASELINE_NOTE)}.</p>"
     if deltas:
         table += (f"<h3>Paired difference to the base model</h3><p>mean over the same (input, seed) pairs, "
-                  f"[95 % CI over inputs], win rate, n pairs; hover an empty cell for the reason</p>"
+                  f"[95 % CI over inputs], win rate, n pairs; hover an empty cell for the reason; a baseline's row "
+                  f"below 0 (above 0 for ↓ metrics) means the base model beats it</p>"
                   f"<table><tr><th>model</th>{head}</tr>{''.join(deltas)}</table>")
     return table + _sensitivity_html(results) + _views_html(results)
 
@@ -333,7 +357,7 @@ def _views_html(results: dict[str, Any]) -> str:
     for label, s in results["models"].items():
         for role, per in (s.get("views") or {}).items():
             metrics = metrics or list(per)
-            rows.append(f"<tr><td>{html.escape(label)}</td><td>{html.escape(role)}</td>"
+            rows.append(f"<tr><td>{html.escape(display_name(label, s))}</td><td>{html.escape(role)}</td>"
                         + "".join(f"<td>{_fmt(per.get(m))}</td>" for m in metrics) + "</tr>")
     if not rows:
         return ""
@@ -377,8 +401,8 @@ def _skips_html(results: dict[str, Any]) -> str:
 
 
 def _cell_html(row: dict[str, Any], video: str | None, metrics: Sequence[str]) -> str:
-    label = row["model"] if not row.get("reference") else "real clip" + (
-        f" ({row['model'].split(':', 1)[1]})" if ":" in row["model"] else "")
+    label = "real clip" + (f" ({row['model'].split(':', 1)[1]})" if ":" in row["model"] else "") if row.get("reference") \
+        else display_name(row["model"], row)
     still = Path(video).with_suffix(".jpg").as_posix() if video else None
     media = (f"<video controls muted loop playsinline preload='metadata' poster='{html.escape(still)}' "
              f"src='{html.escape(video)}'></video>" if video else "<div class='missing'>video unavailable</div>")
@@ -452,7 +476,7 @@ def run(cfg: Any) -> dict[str, Any]:
 {loss_html}
 {f'<ul>{run_notes}</ul>' if run_notes else ''}
 <h2>Examples</h2>
-<p>Same input and seed, side by side: base model, adapters, and the real clip.</p>
+<p>Same input and seed, side by side: base model, adapters, the baselines, and the real clip.</p>
 {''.join(videos_html) or '<p>No videos.</p>'}
 </body></html>
 """
@@ -480,10 +504,11 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
     lines += ["| model | videos | " + " | ".join(f"{m} {'↓' if m in lower else '↑'}" for m in metrics) + " |",
               "|---|---:|" + "---:|" * len(metrics)]
     for label, s in results["models"].items():
-        name = label + (" (reference)" if s.get("reference") else "")
-        lines.append(f"| {name} | {s['videos']} | " + " | ".join(_fmt(s.get(m)) for m in metrics) + " |")
+        lines.append(f"| {display_name(label, s)} | {s['videos']} | " + " | ".join(_fmt(s.get(m)) for m in metrics) + " |")
     lines += ["", "mean ± std over videos; Sampson error in pixels (a video's value is its median over frame pairs).", ""]
-    deltas = [(label, s["vs_base"]) for label, s in results["models"].items() if "vs_base" in s]
+    if any(s.get("baseline") for s in results["models"].values()):
+        lines += [BASELINE_NOTE + ".", ""]
+    deltas = [(display_name(label, s), s["vs_base"]) for label, s in results["models"].items() if "vs_base" in s]
     if deltas:
         lines += ["## Paired difference to the base model", "",
                   "mean over the same (input, seed) pairs, [95 % CI over inputs], win rate, n pairs", "",
@@ -496,7 +521,8 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
                   "| model | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
         lines += [f"| {label} | " + " | ".join(delta_text(d[m]) for m in metrics) + " |" for label, d in sens]
         lines.append("")
-    views = [(label, role, per) for label, s in results["models"].items() for role, per in (s.get("views") or {}).items()]
+    views = [(display_name(label, s), role, per) for label, s in results["models"].items()
+             for role, per in (s.get("views") or {}).items()]
     if views:
         vm = list(views[0][2])
         lines += ["## Per camera view", "", "| model | view | " + " | ".join(vm) + " |", "|---|---|" + "---:|" * len(vm)]

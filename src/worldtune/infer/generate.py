@@ -8,7 +8,9 @@ Reads top to bottom as the run goes:
 4. encode each unique prompt once, park the text encoder on the CPU;
 5. for each model variant: switch adapter, generate every pending video, write mp4 (+ camera
    views, + ground truth) atomically, append its row;
-6. merge the per-process rows into generations.jsonl and print a summary.
+6. write the baselines (infer/baselines.py: the first frame held, the real clip through the VAE) once per
+   input, with a row per seed like a model's;
+7. merge the per-process rows into generations.jsonl and print a summary.
 
 The initial noise of a seed is drawn on the CPU with its own torch.Generator and moved to the
 device, so a seed gives the same noise on any machine and for every model variant: differences
@@ -33,7 +35,7 @@ import torch
 
 from worldtune.config import GenerateConfig, WorldtuneConfig
 from worldtune.errors import ConfigError, DatasetError, GenerationError
-from worldtune.infer import records
+from worldtune.infer import baselines, records
 from worldtune.infer.adapters import AdapterFile, activate, check_adapter, load_adapters
 from worldtune.infer.inputs import GenerationInput, InputSet, load_condition, load_view_conditions, read_inputs
 from worldtune.infer.multiview import check_adapters_for_views, denoise_views, mosaic, separate_roles, view_model
@@ -79,10 +81,12 @@ class Settings:
 
 @dataclass(frozen=True)
 class Variant:
-    """One model to generate with: the base (adapter None) or the base plus one adapter."""
+    """One model to generate with: the base (adapter None) or the base plus one adapter; or a baseline
+    (infer/baselines.py), which the model does not make."""
 
     label: str
     adapter: AdapterFile | None = None
+    baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ def run(cfg: WorldtuneConfig) -> Path:
     variants = _variants(g, adapters)
     settings = _settings(g, spec, inputs, pipe, device, multiview=bool(roles))
     base_fp = _fingerprint(pipe.transformer)
+    vae_fp = _fingerprint(pipe.vae) if "vae_round_trip" in g.baselines else None
 
     out = Path(g.out)
     with OutputLock(out, "generate", name=f".worldtune-rank{rank}.lock"):  # one live run per folder and rank
@@ -124,10 +129,11 @@ def run(cfg: WorldtuneConfig) -> Path:
         records.start_rank(out, rank)
         done = records.all_rows(out)
         jobs, resumed = _plan(out, g, variants, mine, settings, base_fp, done, cfg)
+        base_jobs, base_resumed, absent = _plan_baselines(out, g, mine, settings, vae_fp, done)
 
-        _print_plan(inputs, mine, variants, jobs, resumed, rank, world, settings)
-        stats: dict[str, Counter] = {v.label: Counter() for v in variants}
-        for job in resumed:
+        _print_plan(inputs, mine, variants, jobs, resumed, rank, world, settings, g.baselines, base_jobs, base_resumed)
+        stats: dict[str, Counter] = {label: Counter() for label in [v.label for v in variants] + list(g.baselines)}
+        for job in resumed + base_resumed:
             stats[job.variant.label]["resumed"] += 1
         if jobs:
             embeds = PromptEmbeddings(pipe, family, settings.max_sequence_length)
@@ -138,9 +144,12 @@ def run(cfg: WorldtuneConfig) -> Path:
             _speed_up(pipe.transformer, g, settings, family.compile_dynamic)
             _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views or roles else None,
                           base_fp, cfg, stats, bool(adapters))
+        if base_jobs:
+            _write_baselines(pipe, base_jobs, settings, out, rank, layout if g.split_views or roles else None, cfg,
+                             stats, done, vae_fp)
         if records.finish_rank(out, rank, world):
             print(f"merged rows into {out / records.MERGED}")
-    _print_summary(stats, inputs.skipped, out)
+    _print_summary(stats, inputs.skipped, out, absent)
     return out
 
 
@@ -210,6 +219,10 @@ def _check_adapters(g: GenerateConfig, transformer: torch.nn.Module, family) -> 
                               f"compare several adapters with fuse=false")
     if len({a.name for a in checked} | {BASE_LABEL}) != len(checked) + 1:
         raise GenerationError(f"generate.adapters: names must be distinct and not '{BASE_LABEL}'; set `name`")
+    taken = sorted({a.name for a in checked} & set(g.baselines))
+    if taken:
+        raise GenerationError(f"generate.adapters: '{taken[0]}' is the label of a baseline (generate.baselines); "
+                              f"set another `name`")
     return checked
 
 
@@ -222,6 +235,9 @@ def _variants(g: GenerateConfig, adapters: list[AdapterFile]) -> list[Variant]:
     out = ([Variant(base)] if g.include_base else []) + [Variant(a.name, a) for a in adapters]
     if not out:
         raise GenerationError("nothing to generate: generate.include_base=false and no generate.adapters")
+    if g.include_base and base in g.baselines:
+        raise GenerationError(f"generate.transformer={g.transformer}: its folder name '{base}' is the label of a "
+                              f"baseline (generate.baselines); rename the folder or drop that baseline")
     return out
 
 
@@ -288,6 +304,38 @@ def _plan(out: Path, g: GenerateConfig, variants: list[Variant], items: list[Gen
                 ok = records.is_complete(out, done.get((v.label, item.name, seed)), job.params_hash)
                 (complete if ok else pending).append(job)
     return pending, complete
+
+
+def _baseline_hash(label: str, item: GenerationInput, s: Settings, vae_fp: str | None) -> str:
+    """What determines a baseline's content: its source frames and the run's size, never the seed or the model's
+    sampling settings (the round trip also the VAE's weights). Every seed's row of an input has this one hash."""
+    key = {"baseline": label, "height": s.height, "width": s.width, "num_frames": s.num_frames, "fps": s.fps,
+           "resize": s.resize}
+    if label == "first_frame":
+        key.update(image=str(item.image), video=str(item.video), views=item.views, mode=s.mode,
+                   cond_pixel_frames=s.cond_pixel_frames if s.mode == "video2world" else 1)
+    else:
+        key.update(ground_truth=str(item.ground_truth), views=item.views, vae=vae_fp)
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _plan_baselines(out: Path, g: GenerateConfig, items: list[GenerationInput], s: Settings, vae_fp: str | None,
+                    done: dict) -> tuple[list[Job], list[Job], Counter]:
+    """(pending, already complete) baseline jobs, one per (baseline, input, seed), and the inputs that get no
+    baseline of a kind, counted by (baseline, reason)."""
+    pending, complete, absent = [], [], Counter()
+    for label in g.baselines:
+        v = Variant(label, baseline=True)
+        for item in items:
+            why = baselines.missing(label, item, s.mode)
+            if why:
+                absent[(label, why)] += 1
+                continue
+            h = _baseline_hash(label, item, s, vae_fp)
+            for seed in item.seeds or tuple(g.seeds):
+                ok = records.is_complete(out, done.get((label, item.name, seed)), h)
+                (complete if ok else pending).append(Job(v, item, seed, h))
+    return pending, complete, absent
 
 
 # ------------------------------------------------------------------------------------ generation
@@ -361,7 +409,84 @@ def _switch(transformer: torch.nn.Module, variant: Variant, adapters_loaded: boo
         transformer.fuse_lora(adapter_names=[variant.adapter.name])
 
 
+def _write_baselines(pipe, jobs: list[Job], s: Settings, out: Path, rank: int, layout: dict | None,
+                     cfg: WorldtuneConfig, stats: dict[str, Counter], done: dict, vae_fp: str | None) -> None:
+    """Each pending baseline once per input, into one file its rows of every seed share, then a row per seed.
+
+    A file that a complete row of the same input (same hash) already names is reused, not made again."""
+    from worldtune.eval.progress import progress_bar
+
+    roles = separate_roles(layout)
+    groups: dict[tuple[str, str], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((job.variant.label, job.item.name), []).append(job)
+    recorded: dict[tuple[str, str], list[dict]] = {}  # rows already on disk, by (baseline, input)
+    for (m, n, _), r in done.items():
+        if (m, n) in groups:
+            recorded.setdefault((m, n), []).append(r)
+    with progress_bar(len(groups), "baselines") as advance:
+        for (label, name), group in groups.items():
+            first = group[0]
+            t0 = time.perf_counter()
+            kept = next((r for r in recorded.get((label, name), []) if records.is_complete(out, r, first.params_hash)),
+                        None)
+            if kept is not None:
+                rel, views, frames = kept["video"], kept["views"], int(kept["num_frames"])
+            else:
+                try:
+                    made = baselines.make(label, first.item, s, pipe.vae, roles)
+                except (DatasetError, GenerationError) as e:
+                    print(f"skip {label} {name}: {e}")
+                    stats[label]["skipped"] += len(group)
+                    advance()
+                    continue
+                video, view_frames = (mosaic(made), made) if roles else (made, split_views(made, layout))
+                rel, views = _write_files(out, label, name, video, view_frames, s.fps)
+                frames = int(video.shape[0])
+            elapsed = time.perf_counter() - t0
+            gt, gt_views = _ground_truth(out, first.item, layout)
+            for job in group:
+                records.append_row(out, rank, _baseline_row(job, rel, views, gt, gt_views, frames, s, cfg, vae_fp,
+                                                            elapsed))
+                stats[label]["generated"] += 1
+            stats[label]["seconds"] += elapsed
+            advance()
+
+
+def _baseline_row(job: Job, rel: str, views: dict[str, str], gt: str | None, gt_views: dict[str, str], frames: int,
+                  s: Settings, cfg: WorldtuneConfig, vae_fp: str | None, elapsed: float) -> dict[str, Any]:
+    """A baseline's row: a model row's identity, files and size, `baseline` true, and none of the sampling settings
+    (no model made it)."""
+    label = job.variant.label
+    return {
+        "model": label, "name": job.item.name, "seed": job.seed, "baseline": True,
+        "description": baselines.BASELINES[label], "prompt": job.item.prompt, "instruction": job.item.instruction,
+        "video": rel, "views": views, "ground_truth": gt, "ground_truth_views": gt_views, "fps": s.fps,
+        "num_frames": frames, "height": s.height, "width": s.width, "steps": None, "guidance": None,
+        "negative_prompt": None, "mode": s.mode, "cond_latent_frames": s.cond_latent_frames if s.mode == "video2world" else None,
+        "resize": s.resize, "input_image": str(job.item.image) if job.item.image else None,
+        "input_video": str(job.item.video) if job.item.video else None, "adapter": None, "adapter_scale": None,
+        "fused": False, "transformer": None, "base_model": cfg.model.path or cfg.model.name,
+        "vae_fingerprint": vae_fp if label == "vae_round_trip" else None, "device": s.device, "dtype": s.dtype,
+        "elapsed_s": round(elapsed, 3), "params_hash": job.params_hash, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
 # --------------------------------------------------------------------------------------- writing
+def _write_files(out: Path, label: str, stem: str, video: np.ndarray, view_frames: dict[str, np.ndarray],
+                 fps: float) -> tuple[str, dict[str, str]]:
+    """Write `<label>/<stem>.mp4` and its camera views `<label>/<stem>/<role>.mp4` atomically; relative paths."""
+    from worldtune.data.video import write_video
+
+    rel = Path(label) / f"{stem}.mp4"
+    views = {}
+    for role, frames in view_frames.items():
+        views[role] = str(Path(label) / stem / f"{role}.mp4")
+        write_video(out / views[role], frames, fps)
+    write_video(out / rel, video, fps)  # last: the main file existing means the views do too
+    return str(rel), views
+
+
 def _write_outputs(out: Path, job: Job, video: np.ndarray, view_frames: dict[str, np.ndarray], s: Settings,
                    layout: dict | None, base_fp: str, cfg: WorldtuneConfig, elapsed: float) -> dict[str, Any]:
     """Write the video (+ views, + ground truth) and return its row; every file is written atomically.
@@ -369,20 +494,12 @@ def _write_outputs(out: Path, job: Job, video: np.ndarray, view_frames: dict[str
     `video` is the packed frame (grid layouts), the one camera, or the views side by side (separate
     views); `view_frames` are the per-camera videos ({} for a single camera).
     """
-    from worldtune.data.video import write_video
-
-    stem = f"{job.item.name}_s{job.seed}"
-    rel = Path(job.variant.label) / f"{stem}.mp4"
-    views = {}
-    for role, frames in view_frames.items():
-        views[role] = str(Path(job.variant.label) / stem / f"{role}.mp4")
-        write_video(out / views[role], frames, s.fps)
-    write_video(out / rel, video, s.fps)  # last: the main file existing means the views do too
+    rel, views = _write_files(out, job.variant.label, f"{job.item.name}_s{job.seed}", video, view_frames, s.fps)
     gt, gt_views = _ground_truth(out, job.item, layout)
     a = job.variant.adapter
     return {
-        "model": job.variant.label, "name": job.item.name, "seed": job.seed, "prompt": job.item.prompt,
-        "instruction": job.item.instruction, "video": str(rel), "views": views, "ground_truth": gt,
+        "model": job.variant.label, "name": job.item.name, "seed": job.seed, "baseline": False, "prompt": job.item.prompt,
+        "instruction": job.item.instruction, "video": rel, "views": views, "ground_truth": gt,
         "ground_truth_views": gt_views, "fps": s.fps, "num_frames": int(video.shape[0]), "height": s.height,
         "width": s.width, "steps": s.steps, "guidance": s.guidance, "negative_prompt": s.negative_prompt,
         "mode": s.mode, "cond_latent_frames": s.cond_latent_frames if s.mode == "video2world" else None,
@@ -437,17 +554,22 @@ def _copy_once(src: Path, dest: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------- printing
-def _print_plan(inputs: InputSet, mine, variants, jobs, resumed, rank: int, world: int, s: Settings) -> None:
+def _print_plan(inputs: InputSet, mine, variants, jobs, resumed, rank: int, world: int, s: Settings,
+                baseline_labels: list[str], base_jobs, base_resumed) -> None:
     from rich.console import Console
 
-    Console().print(
+    console = Console()
+    console.print(
         f"[bold]generate[/] {len(inputs.items)} inputs from {inputs.source} ({inputs.kind}); process {rank}/{world} "
         f"has {len(mine)}; models: {', '.join(v.label for v in variants)}; {len(jobs)} videos to make, "
         f"{len(resumed)} already done; {s.mode} {s.height}x{s.width}x{s.num_frames} (HxWxF) @ {s.fps:g} fps, "
         f"{s.steps} steps, guidance {s.guidance:g}, {s.sampler} sampler, {s.dtype} on {s.device}")
+    if baseline_labels:
+        console.print(f"baselines: {', '.join(baseline_labels)}; {len(base_jobs)} rows to write, "
+                      f"{len(base_resumed)} already done")
 
 
-def _print_summary(stats: dict[str, Counter], skipped_inputs: Counter, out: Path) -> None:
+def _print_summary(stats: dict[str, Counter], skipped_inputs: Counter, out: Path, absent: Counter) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -461,3 +583,5 @@ def _print_summary(stats: dict[str, Counter], skipped_inputs: Counter, out: Path
     console.print(table)
     for reason, n in skipped_inputs.items():
         console.print(f"skipped {n} input(s): {reason}")
+    for (label, reason), n in absent.items():
+        console.print(f"note: no {label} baseline for {n} input(s): {reason}")
