@@ -205,8 +205,9 @@ def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every
          only_data: bool = typer.Option(False, "--only-data",
                                         help="only write the synthetic LeRobot dataset and the tiny model, then stop "
                                              "(the first step of configs/demo.toml)"),
-         model: str = typer.Option("tiny-predict2.5", "--model",
-                                   help="the tiny model to run the stages with: tiny-predict2.5 or tiny-cosmos3")) -> None:
+         model: str = typer.Option("seed-predict2.5", "--model",
+                                   help="the model to run the stages with: seed-predict2.5 (trained on the synthetic "
+                                        "scene), or a tiny random one: tiny-predict2.5, tiny-cosmos3")) -> None:
     """Run every stage end to end on the tiny model (a few minutes on 2 CPU cores)."""
     _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data, model=model)
 

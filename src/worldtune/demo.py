@@ -28,8 +28,38 @@ from worldtune.errors import NotBuiltError
 console = Console()
 
 
-def demo_config(out: Path, steps: int) -> WorldtuneConfig:
-    """The demo recipe (also shipped as configs/demo.toml): tiny model, 17-frame 64x112 grid clips."""
+DEFAULT_MODEL = "seed-predict2.5"
+
+
+def model_overrides(model: str) -> list[str]:
+    """What a model changes in the demo recipe: clips of its size; for a seed model (trained, slower on a CPU)
+    held-out episodes enough for a confidence interval, one seed each, and a LoRA of the seed's width."""
+    from worldtune.models.registry import get_spec
+
+    spec = get_spec(model)
+    sized = ["--prepare.height", str(spec.height), "--prepare.width", str(spec.width)]
+    if not spec.weights:
+        return sized
+    return [*sized, "--prepare.val_fraction", "0.4", "--generate.seeds", "[0]", "--generate.steps", "10",
+            "--generate.guidance", "3.0", "--train.lora.rank", "16", "--train.lr", "2e-3", "--train.batch_size", "2",
+            "--train.val_every", "0", "--train.val_videos", "0", "--train.cond_frames_probs", "{1 = 1.0}"]
+
+
+def demo_data(model: str) -> dict[str, Any]:
+    """The demo dataset's settings: a seed model's held-out tasks at its recipe's camera size (what the base
+    never saw, so post-training has something to teach); the classic small scene for a tiny random model."""
+    from worldtune.models.registry import get_spec
+
+    if not get_spec(model).weights:
+        return {}
+    from worldtune.seed import recipe_for
+
+    r = recipe_for(model)
+    return {"episodes": 30, "height": r.camera_height, "width": r.camera_width, "targets": r.held_out}
+
+
+def demo_config(out: Path, steps: int, model: str = "tiny-predict2.5") -> WorldtuneConfig:
+    """The demo recipe (configs/demo.toml): 17-frame grid clips of the model's size."""
     o = str(out)
     return load_config(None, [
         "--model.path", f"{o}/model",
@@ -46,6 +76,7 @@ def demo_config(out: Path, steps: int) -> WorldtuneConfig:
         "--idm.dataset", f"{o}/lerobot", "--idm.out", f"{o}/runs/idm", "--idm.steps", "200", "--idm.resume", "auto",
         "--trajectories.generations", f"{o}/generations", "--trajectories.idm", f"{o}/runs/idm",
         "--trajectories.evaluation", f"{o}/eval", "--trajectories.out", f"{o}/trajectories",
+        *model_overrides(model),
     ])
 
 
@@ -75,7 +106,7 @@ def _stage(name: str, fn: Callable[[], Any], timings: dict[str, float], notes: d
 
 
 def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False, only_data: bool = False,
-        model: str = "tiny-predict2.5") -> dict[str, Any]:
+        model: str = DEFAULT_MODEL) -> dict[str, Any]:
     """`worldtune demo`; with `only_data`, write only the synthetic dataset and the tiny model (the
     inputs of configs/demo.toml's commands) and stop. `model`: a tiny spec of any family."""
     from worldtune.errors import ConfigError
@@ -90,12 +121,12 @@ def run(out: str = "demo_out", steps: int = 200, compare_views: bool = False, on
 
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    cfg = demo_config(root, steps)
+    cfg = demo_config(root, steps, model)
     timings: dict[str, float] = {}
     notes: dict[str, str] = {}
     t_all = time.time()
     if not (root / "lerobot" / "meta" / "info.json").exists():
-        _stage("dataset", lambda: write_demo_dataset(root / "lerobot"), timings, notes)
+        _stage("dataset", lambda: write_demo_dataset(root / "lerobot", **demo_data(model)), timings, notes)
     if not (root / "model" / "model_index.json").exists():
         _stage("model", lambda: init_model_dir(model, root / "model"), timings, notes)
     elif _model_spec_name(root / "model") != model:

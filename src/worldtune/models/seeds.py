@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,10 @@ import torch
 from worldtune.errors import ModelError
 
 SEEDS_DIR = Path(__file__).resolve().parent.parent / "seeds"
-COMPONENTS = ("transformer", "vae", "text_encoder")
+COMPONENTS = ("transformer", "vae")  # diffusers modules: one fp16 safetensors file each
+# The text encoder is a transformers model, whose tensor names change between transformers versions: it ships as
+# its own folder and loads through from_pretrained, which converts older names.
+TEXT_ENCODER = "text_encoder"
 MANIFEST = "seed.json"
 
 
@@ -56,6 +60,13 @@ def load_seed_weights(pipe, name: str) -> None:
         if missing or unexpected:
             raise ModelError(f"{path} does not fit {type(module).__name__} ({len(missing)} missing, "
                              f"{len(unexpected)} unexpected tensors): the seed weights and the registry spec differ")
+    te_folder = seed_folder(name) / TEXT_ENCODER
+    if getattr(pipe, TEXT_ENCODER, None) is not None:
+        if not te_folder.is_dir():
+            raise ModelError(f"{te_folder} is missing: the seed model {name} is incomplete (reinstall worldtune)")
+        te = type(pipe.text_encoder).from_pretrained(te_folder, torch_dtype=next(pipe.text_encoder.parameters()).dtype,
+                                                    local_files_only=True)
+        pipe.register_modules(text_encoder=te.eval())
     vae_config = manifest.get("vae_config") or {}
     if vae_config:
         pipe.vae.register_to_config(**vae_config)
@@ -78,7 +89,7 @@ def load_seed_transformer(transformer: torch.nn.Module, name: str) -> None:
 def weights_digest(name: str) -> str:
     """A short hash of a seed model's shipped files (keys caches made with it)."""
     h = hashlib.sha256()
-    for f in sorted(seed_folder(name).glob("*")):
+    for f in sorted(p for p in seed_folder(name).rglob("*") if p.is_file()):
         h.update(f.name.encode())
         h.update(f.read_bytes() if f.suffix == ".json" else str(f.stat().st_size).encode())
     return h.hexdigest()[:12]
@@ -103,6 +114,18 @@ def pack_seed(model_dir: Path, name: str, provenance: dict[str, Any], out: Path 
         tmp = out / f".tmp-{comp}.safetensors"
         save_file({k: v.to(torch.float16).contiguous() for k, v in state.items()}, str(tmp))
         tmp.replace(out / f"{comp}.safetensors")
+    te_dir = model_dir / TEXT_ENCODER
+    if te_dir.is_dir():
+        from transformers import AutoConfig
+        import transformers
+
+        arch = AutoConfig.from_pretrained(te_dir).architectures[0]
+        te = getattr(transformers, arch).from_pretrained(te_dir, torch_dtype=torch.float16, local_files_only=True)
+        tmp = out / f".tmp-{TEXT_ENCODER}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        te.save_pretrained(tmp)
+        shutil.rmtree(out / TEXT_ENCODER, ignore_errors=True)
+        tmp.rename(out / TEXT_ENCODER)
     vae_cfg = AutoencoderKLWan.load_config(str(model_dir / "vae"))
     manifest = {**provenance, "vae_config": {"latents_mean": vae_cfg["latents_mean"],
                                              "latents_std": vae_cfg["latents_std"]}}
