@@ -118,8 +118,11 @@ def cache(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config:
 @app.command(**stage_command("model", "train"))
 def train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Post-train the DiT (LoRA, DoRA or full) with the rectified-flow objective."""
-    cfg = _resolve(config, ctx, print_config, ("model", "train"))
-    _stage("worldtune.train.trainer")(cfg)
+    from worldtune.train.preemption import PREEMPTION
+
+    with PREEMPTION.held():  # first: a scheduler's SIGTERM/USR1 before the trainer is even imported must not kill it
+        cfg = _resolve(config, ctx, print_config, ("model", "train"))
+        _stage("worldtune.train.trainer")(cfg)
 
 
 @app.command()
