@@ -19,7 +19,8 @@ from worldtune.train.trainer import REQUEUE_EXIT_CODE
 from .conftest import RUN3, env
 
 # Runs `worldtune ARGS` once per phase, side by side, each in its own process with MODULE.NAME patched to signal
-# that process on its first call, then to run as usual: the signal lands at that instant, as a scheduler's would.
+# that process on its first call, then to run as usual: the signal lands at that instant, as a scheduler's would
+# (no MODULE: the signal comes once the run has returned, while the process exits).
 # The heavy imports happen once, before the processes fork (no torch computation has run yet, so forking is safe):
 # each run then costs its own work only. Prints {log file: exit code}.
 SIGNAL_AT = r"""
@@ -44,12 +45,16 @@ def run(module, name, signame, log, args):
     os.dup2(out, 2)
     code = 1
     try:
-        owner = sys.modules[module]
-        *parents, attr = name.split(".")
-        for parent in parents:
-            owner = getattr(owner, parent)
-        signal_first(owner, attr, signame)
-        code = worldtune.cli.main(args)
+        if module:
+            owner = sys.modules[module]
+            *parents, attr = name.split(".")
+            for parent in parents:
+                owner = getattr(owner, parent)
+            signal_first(owner, attr, signame)
+        sys.argv = ["worldtune", *args]
+        code = worldtune.cli.main()  # as the installed program runs it
+        if not module:
+            os.kill(os.getpid(), getattr(signal, signame))
     except BaseException:
         traceback.print_exc()
     finally:
@@ -76,6 +81,7 @@ PHASES = {
     "export": ("worldtune.train.trainer", "Trainer.export", "SIGTERM", 3),
     "summary": ("worldtune.train.curves", "loss_plot", "SIGUSR1", 3),
 }
+EXITING = ("", "", "SIGTERM", 3)  # after the run returned: the process is exiting with its code already decided
 
 
 def _killed_while_saving_step_2(run3: Path, out: Path) -> Path:
@@ -100,7 +106,7 @@ def stopped(run3, tiny_model_dir, cached_dataset, tmp_path_factory) -> dict[str,
     """Each phase's run folder, exit code and output."""
     root = tmp_path_factory.mktemp("signals")
     runs, outs = [], {}
-    for phase, (module, name, signame, _) in PHASES.items():
+    for phase, (module, name, signame, _) in {**PHASES, "exiting": EXITING}.items():
         out = outs[phase] = _killed_while_saving_step_2(run3, root / phase.replace(" ", "_"))
         args = ["train", *train_args(tiny_model_dir, cached_dataset, out, *RUN3, "--train.resume", "auto")]
         runs.append((module, name, signame, str(root / f"{out.name}.log"), args))
@@ -108,7 +114,7 @@ def stopped(run3, tiny_model_dir, cached_dataset, tmp_path_factory) -> dict[str,
                        timeout=600, env={**env(), "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stderr[-3000:]
     codes = json.loads(p.stdout.splitlines()[-1])
-    return {phase: (outs[phase], codes[log], Path(log).read_text()) for phase, (*_, log, _) in zip(PHASES, runs)}
+    return {phase: (outs[phase], codes[log], Path(log).read_text()) for phase, (*_, log, _) in zip(outs, runs)}
 
 
 @pytest.mark.parametrize("phase", list(PHASES))
@@ -128,3 +134,10 @@ def test_signal_in_a_resumed_run_saves_or_says_why_not_and_exits_42(phase, stopp
     else:
         assert run["status"] == "preempted" and run["step"] == step and run["signal"] == signame
         assert not [p for p in (out / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_signal_while_a_finished_run_exits_changes_nothing(stopped):
+    out, code, output = stopped["exiting"]
+    assert code == 0, f"exit {code}\n{output[-3000:]}"  # not 143: the run is done, and says so
+    assert json.loads((out / "run.json").read_text())["status"] == "done"
+    assert CheckpointManager(out).newest().name == "step-00000003" and "stopped by" not in output

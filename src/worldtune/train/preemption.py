@@ -33,13 +33,14 @@ class Preemption:
         return self.signal is not None
 
     @contextmanager
-    def held(self) -> Iterator["Preemption"]:
+    def held(self, restore: bool = True) -> Iterator["Preemption"]:
         """Note stop signals inside the block (nested blocks share the outermost one's handler).
 
         When the outermost block ends, the previous handlers come back and the note is cleared, so a later run in
-        the same process starts clean; after a stop they become SIG_IGN instead, because a scheduler repeats its
-        signal and a repeat must not kill the exit. Signal handlers belong to the main thread: elsewhere the
-        block changes nothing.
+        the same process starts clean. They become SIG_IGN instead after a stop, because a scheduler repeats its
+        signal and a repeat must not kill the exit, and with `restore=False`, for a process that ends with the
+        block: the interpreter's shutdown takes a while, and a signal then must not turn a finished run into a
+        crash. Signal handlers belong to the main thread: elsewhere the block changes nothing.
         """
         outermost = self._previous is None and threading.current_thread() is threading.main_thread()
         if outermost:
@@ -51,7 +52,7 @@ class Preemption:
             if outermost:
                 previous, self._previous = self._previous or {}, None
                 for s, handler in previous.items():
-                    signal.signal(s, handler if self.signal is None else signal.SIG_IGN)
+                    signal.signal(s, handler if restore and self.signal is None else signal.SIG_IGN)
                 self.signal = None
 
     def _note(self, signum: int, _frame: FrameType | None) -> None:
