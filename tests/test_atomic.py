@@ -58,3 +58,52 @@ def test_remove_stale_temps(tmp_path):
     (tmp_path / "keep.mp4").write_bytes(b"x")
     assert atomic.remove_stale_temps(tmp_path, recursive=True) == 1
     assert not stale.exists() and (tmp_path / "keep.mp4").exists()
+
+
+class _FullAfter:
+    """A file object whose disk fills up after `room` bytes, as the real one of a full disk does."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def test_torch_save_on_a_full_disk_is_a_one_line_error_and_keeps_the_old_file(tmp_path):
+    import torch
+
+    p = tmp_path / "optimizer.pt"
+    atomic.atomic_dump(p, lambda f: torch.save({"x": torch.zeros(4)}, f))
+    with pytest.raises(DiskFullError, match="disk full while writing .*optimizer.pt") as e:
+        atomic.atomic_dump(p, lambda f: torch.save({"x": torch.ones(10_000)}, _FullAfter(f, 1000)))
+    assert "\n" not in str(e.value)  # torch's own "enforce fail ... unexpected pos" is not what the user sees
+    assert [q.name for q in tmp_path.iterdir()] == ["optimizer.pt"]
+    assert torch.equal(torch.load(p, weights_only=True)["x"], torch.zeros(4))
+
+
+def test_path_writers_map_their_library_errors_and_leave_no_temp(tmp_path):
+    class SafetensorError(Exception):  # how safetensors (Rust) reports a failed write
+        pass
+
+    def full(name: str) -> None:
+        with open(name, "wb") as f:
+            f.write(b"half")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.raises(DiskFullError, match="weights.safetensors"):
+        atomic.atomic_dump_path(tmp_path / "weights.safetensors", full)
+    assert list(tmp_path.iterdir()) == []
+
+    def bug(name: str) -> None:
+        raise ValueError("not a write error")
+
+    with pytest.raises(ValueError):  # a bug keeps its own error (and traceback)
+        atomic.atomic_dump_path(tmp_path / "weights.safetensors", bug)
+    assert list(tmp_path.iterdir()) == []

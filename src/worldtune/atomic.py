@@ -5,11 +5,13 @@ complete"), so a kill -9, an OOM kill or a full disk must never leave a half-wri
 file under its final name. A whole file is written to a temp file in the same folder, fsynced and
 renamed over the final name (`os.replace` is atomic within one file system). An append-only log
 (JSONL) gets one whole line per `write`, fsynced; a line torn by a kill is cut off by the next
-append and skipped by `read_jsonl`.
+append and skipped by `read_jsonl`. A library that writes a file itself (torch.save, safetensors) writes it
+through `atomic_dump` (into our file object) or `atomic_dump_path` (to a temp name), never to the final name.
 
 A write that fails (disk full, quota, I/O error, permissions) raises `OutputError` naming the
 file (`DiskFullError` for ENOSPC), never a traceback, and the temp file is removed: a failing
-output side is a reason to stop and rerun, never a verdict on an input.
+output side is a reason to stop and rerun, never a verdict on an input. Libraries report the same failure in
+their own error types; `os_error_in` finds the operating system's error behind them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import errno
 import io
 import json
 import os
+import re
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,9 +37,28 @@ def output_error(e: OSError, path: str | Path) -> OutputError:
     p = Path(path)
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         what = "disk full" if e.errno == errno.ENOSPC else "disk quota exceeded"
-        return DiskFullError(f"{what} while writing {p}: free space in {p.parent} and rerun (the run resumes)")
+        return DiskFullError(f"{what} while writing {p}: free space in {p.parent} and rerun (the run resumes)", what)
     reason = e.strerror or (str(e).splitlines()[0][:160] if str(e) else type(e).__name__)
     return OutputError(f"cannot write {p}: {reason}; fix the output folder and rerun (the run resumes)")
+
+
+def os_error_in(e: BaseException) -> OSError | None:
+    """The operating system's error behind a library's own error type, or None when there is none.
+
+    Why: a full disk must read the same whoever hit it. torch.save into a file object raises RuntimeError
+    ("enforce fail ... unexpected pos") with the file's OSError as its context; safetensors (Rust) raises
+    SafetensorError whose text ends in "(os error 28)". Only for errors of one library call writing one file:
+    elsewhere an unrelated OSError in the context chain would be misread as the cause.
+    """
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, OSError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    code = re.search(r"\(os error (\d+)\)", str(e))
+    return OSError(int(code.group(1)), os.strerror(int(code.group(1)))) if code else None
 
 
 def temp_path(path: str | Path) -> Path:
@@ -89,6 +111,48 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     except BaseException:
         _unlink(tmp)
         raise
+
+
+def atomic_dump(path: str | Path, dump: Callable[[IO[bytes]], Any]) -> Path:
+    """Write `path` atomically with a library's writer that takes a file object, e.g. `torch.save(obj, f)`.
+
+    Why not give the library the path: torch.save(obj, path) writes from C++ and reports a full disk as an
+    errno-less RuntimeError, and it writes under the final name. Written into our temp file, a failed write keeps
+    its OSError and becomes the one-line `OutputError` / `DiskFullError`.
+    """
+    with atomic_open(path, "wb") as f:
+        try:
+            dump(f)
+        except Exception as e:
+            cause = os_error_in(e)
+            if cause is None:
+                raise
+            raise cause from None  # atomic_open removes the temp file and names `path`
+    return Path(path)
+
+
+def atomic_dump_path(path: str | Path, dump: Callable[[str], Any]) -> Path:
+    """Write `path` atomically with a library's writer that takes only a file name (safetensors' `save_file`):
+    the writer writes a temp name beside `path`, which is fsynced and renamed. A failed write, in whatever error
+    type the library reports it, is the one-line `OutputError` / `DiskFullError`, and the temp file is removed."""
+    p = Path(path)
+    tmp = temp_path(p)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        dump(str(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except Exception as e:
+        _unlink(tmp)
+        cause = os_error_in(e)
+        if cause is None:
+            raise
+        raise output_error(cause, p) from None
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return p
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:

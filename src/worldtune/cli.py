@@ -118,8 +118,13 @@ def cache(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config:
 @app.command(**stage_command("model", "train"))
 def train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Post-train the DiT (LoRA, DoRA or full) with the rectified-flow objective."""
-    cfg = _resolve(config, ctx, print_config, ("model", "train"))
-    _stage("worldtune.train.trainer")(cfg)
+    from worldtune.train.preemption import PREEMPTION
+
+    # first: a scheduler's SIGTERM/USR1 must not kill the run, not even before the trainer is imported, nor while
+    # the process exits afterwards (as a program; called in-process, the caller gets its handlers back)
+    with PREEMPTION.held(restore=not (ctx.obj or {}).get("program")):
+        cfg = _resolve(config, ctx, print_config, ("model", "train"))
+        _stage("worldtune.train.trainer")(cfg)
 
 
 @app.command(**stage_command("model", "autoencoder"))
@@ -307,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point: our errors become one line on stderr and exit code 1 (2: not built);
     usage errors print click's usage message and exit 2; nothing a user typed ends in a traceback."""
     try:
-        rv = app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False, obj={"program": argv is None})  # None: this process's own argv
         if isinstance(rv, int):  # click returns typer.Exit codes instead of raising without standalone mode
             return rv
     except WorldtuneError as e:

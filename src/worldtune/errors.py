@@ -58,3 +58,7 @@ class OutputError(WorldtuneError):
 
 class DiskFullError(OutputError):
     """Out of disk space (or quota) while writing: the run stops (not skips the item) and resumes on rerun."""
+
+    def __init__(self, message: str, what: str = "disk full") -> None:
+        super().__init__(message)
+        self.what = what  # or "disk quota exceeded": what the operating system said, for a caller's own message

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import worldtune
 from worldtune.data.synthetic import write_demo_dataset
@@ -53,6 +54,33 @@ def v21(tmp_path_factory) -> Path:
 @pytest.fixture
 def v21_copy(v21, tmp_path) -> Path:
     return Path(shutil.copytree(v21, tmp_path / "v21"))
+
+
+# An uninterrupted LoRA run of 3 steps with a checkpoint after each, small enough to run many times: no
+# validation video, one held-out sigma.
+RUN3 = ("--train.steps", "3", "--train.checkpoint.every", "1", "--train.val_videos", "0", "--train.val_sigmas", "[0.5]")
+
+
+@pytest.fixture(scope="session")
+def run3(tiny_model_dir, cached_dataset, tmp_path_factory) -> Path:
+    """The reference run (`RUN3`) that interrupted and resumed runs must equal, tensor for tensor."""
+    from tests.train.conftest import train_cfg
+    from worldtune.train.trainer import Trainer
+
+    out = tmp_path_factory.mktemp("reference") / "run3"
+    Trainer(train_cfg(tiny_model_dir, cached_dataset, out, *RUN3)).fit()
+    return out
+
+
+def same_checkpoint(a: Path, b: Path) -> bool:
+    """Whether two checkpoints hold equal trainable weights and optimizer state (Adam moments and step)."""
+    from worldtune.train.checkpoint import CheckpointManager
+
+    ca, cb = CheckpointManager.load(a), CheckpointManager.load(b)
+    wa, wb, oa, ob = ca["trainable"], cb["trainable"], ca["optimizer"]["state"], cb["optimizer"]["state"]
+    return (len(wa) > 0 and wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+            and oa.keys() == ob.keys()
+            and all(torch.equal(oa[i][n], ob[i][n]) for i in oa for n in ("exp_avg", "exp_avg_sq", "step")))
 
 
 def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:

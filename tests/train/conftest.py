@@ -9,10 +9,15 @@ FD = ("--train.task", "forward_dynamics")
 FAILED_EPISODE = 1
 
 
+def train_args(model_dir: Path, dataset: Path, out: Path, *extra: str) -> list[str]:
+    """The options of a tiny test run; `worldtune train <these>` equals `Trainer(train_cfg(...))`."""
+    return ["--model.path", str(model_dir), "--train.dataset", str(dataset), "--train.out", str(out),
+            "--train.warmup", "2", "--train.lr", "1e-3", "--train.log_every", "1",
+            "--train.tensorboard", "false", "--train.val_samples", "1", *extra]
+
+
 def train_cfg(model_dir: Path, dataset: Path, out: Path, *extra: str):
-    return load_config(None, ["--model.path", str(model_dir), "--train.dataset", str(dataset), "--train.out", str(out),
-                              "--train.warmup", "2", "--train.lr", "1e-3", "--train.log_every", "1",
-                              "--train.tensorboard", "false", "--train.val_samples", "1", *extra])
+    return load_config(None, train_args(model_dir, dataset, out, *extra))
 
 
 @pytest.fixture(scope="session")

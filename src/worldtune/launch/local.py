@@ -39,7 +39,7 @@ import typer
 from worldtune.errors import LaunchError
 
 REQUEUE_EXIT_CODE = 42  # the trainer's "checkpoint saved, requeue me" (worldtune.train.trainer)
-RESEND_EVERY_S = 5.0  # re-send the stop signal: a trainer still loading ignores it until its loop starts
+RESEND_EVERY_S = 5.0  # re-send the stop signal: a trainer whose Python is still starting ignores it
 FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 _USER_ERROR = re.compile(r"^(\[[^\]]*\]:?\s*)?error: ", re.MULTILINE)
 

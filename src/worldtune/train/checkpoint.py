@@ -9,13 +9,14 @@ A checkpoint is a folder `checkpoints/step-NNNNNNNN/` holding
     COMPLETE               written last
 It is written into a hidden temporary folder, every file fsynced, then renamed into place, so a
 crash mid-save leaves the previous checkpoint as the newest complete one. A re-save of the same
-step (a preemption signal right after a periodic save) moves the old folder aside by a rename
-before the new one takes its name, so no kill point leaves a COMPLETE folder without its weights.
+step (a finished run started again) moves the old folder aside by a rename before the new one
+takes its name, so no kill point leaves a COMPLETE folder without its weights.
 Loading checks every file and raises `DamagedCheckpointError` naming it; `resume = auto` then
-falls back to the previous complete checkpoint. A failed write (disk full) is a one-line
-`OutputError` and leaves the previous checkpoints as they were. Rotation keeps the newest `keep`
-complete checkpoints plus milestones, and never deletes the checkpoint the run resumed from or
-the newest one.
+falls back to the previous complete checkpoint. Every file goes through the atomic layer, so a
+failed write is a one-line `OutputError` whichever library wrote the file (a full disk says where
+and how much room the checkpoint needs), the temporary folder is removed, and the previous
+checkpoints stay as they were. Rotation keeps the newest `keep` complete checkpoints plus
+milestones, and never deletes the checkpoint the run resumed from or the newest one.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import json
 import os
 import random
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
-from worldtune.atomic import atomic_write_json, atomic_write_text, output_error
+from worldtune.atomic import atomic_dump, atomic_dump_path, atomic_write_json, atomic_write_text, output_error
 from worldtune.errors import CheckpointError, DiskFullError, OutputError
 
 MARKER = "COMPLETE"
@@ -98,14 +100,23 @@ class DamagedCheckpointError(CheckpointError):
     """A checkpoint marked complete whose files cannot be read back (cut, garbage, missing)."""
 
 
-def _write_error(e: Exception, path: Path) -> OutputError:
-    """safetensors reports I/O failures as its own error type; turn both kinds into our one-line error."""
-    if isinstance(e, OSError):
-        return output_error(e, path)
-    text = str(e)
-    if "StorageFull" in text or "No space left" in text or "code: 28" in text:
-        return DiskFullError(f"disk full while writing {path}: free space in {path.parent} and rerun (the run resumes)")
-    return OutputError(f"cannot write {path}: {text.splitlines()[0][:160] if text else type(e).__name__}")
+def _tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in a (nested) state dict: about the room its file takes on disk."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 class CheckpointManager:
@@ -138,39 +149,37 @@ class CheckpointManager:
                 elif p.name.startswith(".tmp-"):
                     shutil.rmtree(p, ignore_errors=True)
 
-    def begin(self, step: int) -> Path:
+    def _tmp(self, step: int) -> Path:
+        return self.dir / f".tmp-{PREFIX}{step:08d}"
+
+    def begin(self, step: int, needed: int | None = None) -> Path:
         """A fresh temporary folder for the checkpoint of `step` (the same name on every rank)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f".tmp-{PREFIX}{step:08d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp = self._tmp(step)
+        with self._writing(step, needed):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
         return tmp
 
-    def commit(self, tmp: Path, step: int, state: dict[str, Any]) -> Path:
-        """Write the run state and RNG, mark complete, fsync, and rename into place; then rotate."""
+    def commit(self, tmp: Path, step: int, state: dict[str, Any], needed: int | None = None) -> Path:
+        """Write the run state and RNG, mark complete, fsync, and rename into place; then rotate.
+
+        `needed`: the bytes of the whole checkpoint, for the message of a full disk (default: what `tmp` holds)."""
         aside = self.dir / f".tmp-replaced-{PREFIX}{step:08d}"
-        try:
-            torch.save(_rng_to_tensors(rng_state()), tmp / "rng.pt")
+        final = self.dir / f"{PREFIX}{step:08d}"
+        with self._writing(step, _folder_bytes(tmp) if needed is None else needed):
+            atomic_dump(tmp / "rng.pt", lambda f: torch.save(_rng_to_tensors(rng_state()), f))
             atomic_write_json(tmp / "state.json", {**state, "step": step}, default=str)
             self._hook("state")
             atomic_write_text(tmp / MARKER, "ok\n")
             for sub in [tmp, *[d for d in tmp.rglob("*") if d.is_dir()]]:
                 _fsync_tree(sub)
-            final = self.dir / f"{PREFIX}{step:08d}"
-            if final.exists():  # a re-save of the same step (e.g. preempted right after a periodic save)
+            if final.exists():  # a re-save of the same step (e.g. a rerun of a finished run)
                 shutil.rmtree(aside, ignore_errors=True)
                 os.replace(final, aside)  # atomic: `final` is whole or absent at every instant
                 self._hook("aside")
             os.replace(tmp, final)
             _fsync_dir(self.dir)
-        except OutputError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        except Exception as e:
-            if not _is_write_error(e):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise _write_error(e, tmp) from None
         shutil.rmtree(aside, ignore_errors=True)
         self.rotate()
         return final
@@ -180,20 +189,43 @@ class CheckpointManager:
         """A whole (unsharded) checkpoint, written by one process."""
         from safetensors.torch import save_file
 
-        tmp = self.begin(step)
-        try:
-            save_file({k: v.detach().float().contiguous().cpu() for k, v in trainable.items()},
-                      str(tmp / "trainable.safetensors"))
+        weights = {k: v.detach().float().contiguous().cpu() for k, v in trainable.items()}
+        ema = {k: v.contiguous().cpu() for k, v in ema.items()} if ema is not None else None
+        needed = _tensor_bytes(weights) + _tensor_bytes(optimizer) + _tensor_bytes(ema)
+        tmp = self.begin(step, needed)
+        with self._writing(step, needed):
+            atomic_dump_path(tmp / "trainable.safetensors", lambda name: save_file(weights, name))
             self._hook("trainable")
-            torch.save(optimizer, tmp / "optimizer.pt")
+            atomic_dump(tmp / "optimizer.pt", lambda f: torch.save(optimizer, f))
             if ema is not None:
-                save_file({k: v.contiguous().cpu() for k, v in ema.items()}, str(tmp / "ema.safetensors"))
-        except Exception as e:
-            if not _is_write_error(e):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise _write_error(e, tmp) from None
-        return self.commit(tmp, step, state)
+                atomic_dump_path(tmp / "ema.safetensors", lambda name: save_file(ema, name))
+        return self.commit(tmp, step, state, needed)
+
+    @contextmanager
+    def _writing(self, step: int, needed: int | None) -> Iterator[None]:
+        """Writes of `step`'s checkpoint: a failed one removes the temporary folder (so nothing half-written
+        remains to be taken for a checkpoint) and stops the run in one line, which for a full disk names the
+        folder and the room the checkpoint needs. Anything else (a kill, a bug) passes through untouched."""
+        try:
+            yield
+        except (OSError, OutputError) as e:
+            shutil.rmtree(self._tmp(step), ignore_errors=True)
+            error = output_error(e, self._tmp(step)) if isinstance(e, OSError) else e
+            if isinstance(error, DiskFullError):
+                error = self._disk_full(error, step, needed)
+            raise error from None
+
+    def _disk_full(self, e: DiskFullError, step: int, needed: int | None) -> DiskFullError:
+        """The one line for a full disk: where, how much room the checkpoint needs, and where the rerun resumes."""
+        try:
+            free = f", {_megabytes(shutil.disk_usage(self.dir).free)} free"
+        except OSError:
+            free = ""
+        room = f"it needs about {_megabytes(needed)}" if needed else "it needs more room"
+        newest = self.newest()
+        return DiskFullError(f"{e.what} while writing the checkpoint of step {step} in {self.dir}: {room}{free}; free "
+                             f"space there and rerun (the run resumes from {newest.name if newest else 'the start'})",
+                             e.what)
 
     def _hook(self, where: str) -> None:
         if self.fail_hook is not None:
@@ -266,8 +298,3 @@ class CheckpointManager:
             out["ema"] = read("ema.safetensors", lambda f: load_file(str(f)))
         return out
 
-
-def _is_write_error(e: BaseException) -> bool:
-    """OSError, or how safetensors and torch.save report a failed write (their own error types)."""
-    return isinstance(e, OSError) or type(e).__name__ == "SafetensorError" or (
-        isinstance(e, RuntimeError) and "writ" in str(e).lower())

@@ -15,11 +15,10 @@ import dataclasses
 import json
 import math
 import os
-import signal
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -36,14 +35,12 @@ from worldtune.models.family import family_of
 from worldtune.models.speed import repeated_blocks
 from worldtune.train.export import save_adapter, save_consolidated
 from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
+from worldtune.train.preemption import PREEMPTION, REQUEUE_EXIT_CODE
 from worldtune.data.dataset import ShardedSampler
 from worldtune.data.frame_size import check_model_frame_size
 from worldtune.train.action_flow import action_loss, clean_frames, draw_modes, prepare_actions
 from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed
 from worldtune.train.schedule import lr_multiplier
-
-REQUEUE_EXIT_CODE = 42  # "preempted, checkpoint saved: requeue me" (launchers map it to scontrol requeue)
-PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 # ---------------------------------------------------------------------------------- distributed
@@ -240,12 +237,10 @@ class Trainer:
         self.spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
         self.family = family_of(self.spec)
         torch.manual_seed(cfg.train.seed)
-        self._build_data()
-        self._build_model_and_adapters()
-        self._build_speed()
-        self._build_parallelism()
-        self._build_optimizer_and_schedule()
-        self._build_checkpointing()
+        for build in (self._build_data, self._build_model_and_adapters, self._build_speed, self._build_parallelism,
+                      self._build_optimizer_and_schedule, self._build_checkpointing):
+            build()
+            self._stop_while_building()
         self._check_settings()
 
     # ------------------------------------------------------------------ build steps
@@ -365,7 +360,7 @@ class Trainer:
         tc = self.cfg.train
         self.ckpt = CheckpointManager(self.out, tc.checkpoint.keep, tc.checkpoint.milestones)
         self.step = 0
-        self._stop: str | None = None
+        self._saved: tuple[int, Path | None] = (0, None)  # the step whose state a checkpoint holds (0: none needed)
         self._trackers = None
         self._val_steps: set[int] = set()  # steps whose validation row metrics.jsonl already holds
 
@@ -628,6 +623,7 @@ class Trainer:
             path = self.ckpt.save(self.step, trainable_state_dict(self.mv or self.transformer), self.optimizer.state_dict(),
                                   self.state(), self.ema)
         self.dist.barrier()
+        self._saved = (self.step, path)
         return path
 
     def resume(self, source: Path) -> None:
@@ -651,6 +647,7 @@ class Trainer:
         set_rng_state(ck["rng"])
         self.step = int(st["step"])
         self.ckpt.resumed_from = source
+        self._saved = (self.step, source)
 
     def _check_same_adapter(self, source: Path, st: dict[str, Any]) -> None:
         """Adapter weights trained at one rank, alpha (scale) or set of targets cannot continue under others."""
@@ -700,10 +697,38 @@ class Trainer:
         if self.ema is not None and "ema" in ck:
             self.ema = {k: v.to(self.dist.device) for k, v in ck["ema"].items()}
 
-    # ------------------------------------------------------------------ run
-    def _on_signal(self, signum, _frame) -> None:
-        self._stop = signal.Signals(signum).name
+    # ------------------------------------------------------------------ preemption
+    def _stop_while_building(self) -> None:
+        """A safe point while the run is built: after a stop signal, exit 42 at once rather than go on loading
+        what a scheduler is about to kill. Nothing has been trained, so nothing needs saving."""
+        if self.dist.any(PREEMPTION.requested):
+            newest = CheckpointManager(self.out).newest()
+            self._exit_preempted(f"nothing trained yet, nothing to save (newest checkpoint: {newest or 'none'})",
+                                 "while loading")
 
+    def _stop_if_asked(self) -> None:
+        """A safe point of the run: after a stop signal, end here with a checkpoint of this step (or say which
+        checkpoint already holds it), mark run.json preempted and exit 42. Every process takes the same decision."""
+        if not self.dist.any(PREEMPTION.requested):
+            return
+        step, held_in = self._saved
+        if step != self.step:
+            what = f"checkpoint {self.save()} saved"
+        elif held_in is not None:
+            what = f"nothing new to save ({held_in} holds this state)"
+        else:
+            what = "nothing new to save (no step has run yet)"
+        self._write_run_json("preempted", {"signal": PREEMPTION.signal})
+        self._exit_preempted(what, f"at step {self.step}")
+
+    def _exit_preempted(self, what: str, when: str) -> NoReturn:
+        """Say in one line what the stop left behind, and exit with the code launchers requeue."""
+        if self.dist.main:
+            plain(f"stopped by {PREEMPTION.signal or 'a signal to another process'} {when}: {what}; run the same "
+                  f"command to continue")
+        raise typer.Exit(REQUEUE_EXIT_CODE)
+
+    # ------------------------------------------------------------------ run
     def _log(self, row: dict[str, Any]) -> None:
         if not self.dist.main:
             return
@@ -766,7 +791,7 @@ class Trainer:
         """Train to `train.steps`, holding the run folder's lock (one live run per folder)."""
         self.out.mkdir(parents=True, exist_ok=True)
         lock = OutputLock(self.out, "train") if self.dist.main else nullcontext()
-        with lock:
+        with PREEMPTION.held(), lock:
             return self._fit()
 
     def _resume_newest_readable(self) -> Path | None:
@@ -810,7 +835,7 @@ class Trainer:
                 self._trackers = Trackers(self.out, self.cfg.model_dump(mode="json"), config_toml,
                                           tensorboard=tc.tensorboard, wandb=tc.wandb, project=tc.wandb_project)
         self._write_run_json("running", {"resumed_from": str(source) if source else None})
-        old = {s: signal.signal(s, self._on_signal) for s in PREEMPT_SIGNALS}
+        self._stop_if_asked()  # a signal while resuming: the checkpoint just loaded holds this state
         t_start, first_loss, last_loss, val = time.time(), None, None, {}
         lines = self.dist.main and not is_terminal()  # a log file: plain lines instead of a bar
         start_step = self.step
@@ -838,20 +863,18 @@ class Trainer:
                     periodic = tc.checkpoint.every and self.step % tc.checkpoint.every == 0
                     if periodic and self.step < tc.steps:
                         self.save()
-                    if self.dist.any(self._stop is not None):
-                        self.save()
-                        self._write_run_json("preempted", {"signal": self._stop})
-                        raise typer.Exit(REQUEUE_EXIT_CODE)
+                    self._stop_if_asked()
             if self.step in self._val_steps:  # a rerun of a finished run: its last validation is logged already
                 val = self._logged_validation(self.step)
             else:
                 val = self._validate_and_log()
             videos = sorted((self.out / "val" / f"step-{self.step:08d}").glob("*.mp4"))
+            self._stop_if_asked()  # saves the last step; the rerun finds its validation logged
             final = self.save()
+            self._stop_if_asked()  # the last checkpoint holds everything; the rerun exports
             export = self.export()
+            self._stop_if_asked()  # all written: nothing left to save
         finally:
-            for s, h in old.items():  # once stopping, a further signal of the job must not kill the exit
-                signal.signal(s, h if self._stop is None else signal.SIG_IGN)
             if self._trackers is not None:
                 self._trackers.close()
         summary = {"run": str(self.out), "steps": self.step, "first_loss": first_loss, "last_loss": last_loss,
@@ -916,16 +939,20 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
-    trainer = Trainer(cfg)
-    summary = trainer.fit()
-    if trainer.dist.main:
-        from worldtune.train.curves import loss_plot
+    with PREEMPTION.held():  # (the CLI holds it already, from its first instruction)
+        trainer = Trainer(cfg)
+        summary = trainer.fit()
+        if trainer.dist.main:
+            from worldtune.train.curves import loss_plot
 
-        loss_plot(trainer.out)
-        table = Table(title=f"worldtune train: {cfg.train.mode} on {trainer.spec.name}")
-        table.add_column("item")
-        table.add_column("value")
-        for k, v in summary.items():
-            table.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
-        Console().print(table)
+            loss_plot(trainer.out)
+            table = Table(title=f"worldtune train: {cfg.train.mode} on {trainer.spec.name}")
+            table.add_column("item")
+            table.add_column("value")
+            for k, v in summary.items():
+                table.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+            Console().print(table)
+        if trainer.dist.any(PREEMPTION.requested):  # a signal after the last save: the run is done all the same
+            trainer._exit_preempted(f"the run had finished, nothing to save ({summary['checkpoint']} and "
+                                    f"{summary['export']} are written)", "after the last step")
     return summary
