@@ -1,13 +1,13 @@
 # Two commands do all set-up on a fresh machine that has only Python 3.10+:
 #   make demo   -> creates .venv, installs worldtune, runs the end-to-end demo on the tiny model
-#   make test   -> same install, then the test suite
+#   make test   -> same install, then the test suite (make test-slow: the end-to-end tests that take minutes)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_OUT ?= demo_out
 
-.PHONY: demo test install clean bench-cpu
+.PHONY: demo test test-slow install clean bench-cpu
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ demo: $(STAMP)
 	$(BIN)/worldtune demo --out $(DEMO_OUT)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# the tests marked slow (end-to-end demos, minutes each); CI runs them after `make test`
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache

@@ -204,7 +204,8 @@ def serve_summary(folder: str = typer.Argument(..., help="the record folder of `
 
 @app.command()
 def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every stage's output"),
-         steps: int = typer.Option(200, "--steps", help="training steps"),
+         steps: Optional[int] = typer.Option(None, "--steps", help="LoRA training steps (default: 100 for a seed "
+                                             "model, 200 for a tiny one)"),
          compare_views: bool = typer.Option(False, "--compare-views",
                                             help="also train and score the separate-views model beside the grid"),
          only_data: bool = typer.Option(False, "--only-data",
@@ -213,7 +214,7 @@ def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every
          model: str = typer.Option("seed-predict2.5", "--model",
                                    help="the model to run the stages with: seed-predict2.5 (trained on the synthetic "
                                         "scene), or a tiny random one: tiny-predict2.5, tiny-cosmos3")) -> None:
-    """Run every stage end to end on the tiny model (a few minutes on 2 CPU cores)."""
+    """Run every stage end to end on a small model: by default the seed model trained on the synthetic scene."""
     _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data, model=model)
 
 

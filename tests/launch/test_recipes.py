@@ -15,9 +15,9 @@ def test_recipe_loads(name):
 
 
 def test_demo_recipe_is_the_demo():
-    from worldtune.demo import demo_config
+    from worldtune.demo import DEFAULT_MODEL, default_steps, demo_config
 
-    assert load_config(CONFIGS / "demo.toml") == demo_config(Path("demo_out"), 200)
+    assert load_config(CONFIGS / "demo.toml") == demo_config(Path("demo_out"), default_steps(DEFAULT_MODEL), DEFAULT_MODEL)
 
 
 def test_2b_lora_recipe():
