@@ -1,6 +1,5 @@
 """Seed models: shipped trained weights of the registry's classes, within the size budget, that have learned."""
 
-import json
 import math
 import subprocess
 from pathlib import Path
@@ -11,7 +10,7 @@ import torch
 
 from worldtune.data.synthetic import SCENE_VERSION, SyntheticEpisode
 from worldtune.models.registry import SPECS
-from worldtune.models.seeds import SEEDS_DIR, read_manifest
+from worldtune.models.seeds import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = [s.name for s in SPECS.values() if s.weights]

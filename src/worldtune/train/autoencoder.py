@@ -33,9 +33,8 @@ from worldtune.data.dataset import read_clip_frames, read_dataset
 from worldtune.errors import DatasetError
 from worldtune.lock import OutputLock
 from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
+from worldtune.train.preemption import PREEMPT_SIGNALS, REQUEUE_EXIT_CODE
 
-REQUEUE_EXIT_CODE = 42
-PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 def pick_device(setting: str) -> torch.device:
@@ -209,7 +208,6 @@ class AutoencoderTrainer:
             return self._fit()
 
     def _fit(self) -> dict[str, Any]:
-        ac = self.cfg.autoencoder
         old = {s: signal.signal(s, self._on_signal) for s in PREEMPT_SIGNALS}
         try:
             source = self.resume()
