@@ -52,3 +52,16 @@ def duration(seconds: float) -> str:
     if s >= 60:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s}s"
+
+
+def summary_table(title: str, summary: dict, float_digits: int | None = None) -> None:
+    """The two-column table each command prints at its end (item, value); floats with `float_digits` digits."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("item")
+    table.add_column("value")
+    for k, v in summary.items():
+        table.add_row(k, f"{v:.{float_digits}f}" if float_digits is not None and isinstance(v, float) else str(v))
+    Console().print(table)

@@ -463,13 +463,9 @@ def run(cfg) -> dict[str, Any]:
 
 def print_summary(summary: dict[str, Any], failed: dict[str, str]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="worldtune cache")
-    table.add_column("item")
-    table.add_column("value")
-    for k, v in summary.items():
-        table.add_row(k, str(v))
-    Console().print(table)
+    from worldtune.console import summary_table
+
+    summary_table("worldtune cache", summary)
     for clip, why in failed.items():
         Console(stderr=True).print(f"[yellow]skipped[/] {clip}: {why}")

@@ -1,7 +1,7 @@
 """Read LeRobot datasets (v2.0, v2.1, v3.0) and plain video folders with pyarrow and PyAV only.
 
 Why not the `lerobot` package: it pins its own Python and torch; the format is small enough to
-read directly (shared/DESIGN.md §2). What we need from a dataset is: its episodes (index,
+read directly (docs/data.md). What we need from a dataset is: its episodes (index,
 length, task text, success flag), its cameras (feature key, size, fps, codec) and, for an
 episode and a camera, a video file plus the time span holding that episode's frames.
 

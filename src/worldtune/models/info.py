@@ -20,7 +20,7 @@ from worldtune.models.memory import GIB, estimate_activations, plan as make_plan
 from worldtune.models.params import count_transformer_params
 from worldtune.models.registry import ModelSpec, get_spec
 
-H200_BF16_FLOPS = 790e12  # measured dense bf16 matmul rate of one H200 (shared/DESIGN.md §5)
+H200_BF16_FLOPS = 790e12  # measured dense bf16 matmul rate of one H200 (docs/benchmarks.md)
 
 
 def resolve(name_or_path: str) -> ModelSpec:

@@ -3,7 +3,7 @@
 A spec is the single source of truth for a model family member: the diffusers pipeline class,
 the configs of its components (so it can be built randomly initialised at any size), its text
 encoder kind, default clip shape and fps, and the LoRA target modules. Real sizes come from
-diffusers' conversion script (shared/DESIGN.md §3); tiny sizes use the same classes with a few
+diffusers' conversion script (scripts/convert_cosmos_to_diffusers.py); tiny sizes use the same classes with a few
 layers so that tests and the demo run the real code paths on a CPU.
 """
 

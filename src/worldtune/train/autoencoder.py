@@ -28,7 +28,7 @@ import typer
 
 from worldtune.atomic import append_jsonl, atomic_write_json, rewrite_jsonl
 from worldtune.config import AutoencoderConfig, WorldtuneConfig
-from worldtune.console import is_terminal, plain
+from worldtune.console import is_terminal, plain, summary_table
 from worldtune.data.dataset import read_clip_frames, read_dataset
 from worldtune.errors import DatasetError
 from worldtune.lock import OutputLock
@@ -279,14 +279,6 @@ class AutoencoderTrainer:
 
 def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     """Entry point of `worldtune autoencoder`."""
-    from rich.console import Console
-    from rich.table import Table
-
     summary = AutoencoderTrainer(cfg).fit()
-    table = Table(title="worldtune autoencoder")
-    table.add_column("item")
-    table.add_column("value")
-    for k, v in summary.items():
-        table.add_row(k, str(v))
-    Console().print(table)
+    summary_table("worldtune autoencoder", summary)
     return summary

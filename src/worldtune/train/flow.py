@@ -1,4 +1,4 @@
-"""The rectified-flow training objective of Cosmos Predict 2.5 (shared/DESIGN.md §4).
+"""The rectified-flow training objective of Cosmos Predict 2.5 (as in NVIDIA's cosmos-predict2.5 code and diffusers' Cosmos training example; docs/training.md).
 
 x0 are clean normalised latents [B, C, T, H, W]. Per sample: t ~ logit-normal, shifted to
 sigma = s·t / (1 + (s−1)·t); x_t = sigma·n + (1 − sigma)·x0; the target velocity is n − x0.

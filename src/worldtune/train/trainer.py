@@ -26,7 +26,7 @@ import typer
 
 from worldtune.atomic import append_jsonl, atomic_write_json, atomic_write_text, rewrite_jsonl
 from worldtune.config import ACTION_TASKS, WorldtuneConfig, dump_config
-from worldtune.console import duration, is_terminal, plain
+from worldtune.console import duration, is_terminal, plain, summary_table
 from worldtune.errors import CheckpointError, ConfigError, DatasetError
 from worldtune.train.adapters import (
     apply_training_mode, trainable_state_dict, unwrap)
@@ -936,9 +936,6 @@ class Trainer:
 
 def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     """Entry point of `worldtune train`."""
-    from rich.console import Console
-    from rich.table import Table
-
     with PREEMPTION.held():  # (the CLI holds it already, from its first instruction)
         trainer = Trainer(cfg)
         summary = trainer.fit()
@@ -946,12 +943,7 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
             from worldtune.train.curves import loss_plot
 
             loss_plot(trainer.out)
-            table = Table(title=f"worldtune train: {cfg.train.mode} on {trainer.spec.name}")
-            table.add_column("item")
-            table.add_column("value")
-            for k, v in summary.items():
-                table.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
-            Console().print(table)
+            summary_table(f"worldtune train: {cfg.train.mode} on {trainer.spec.name}", summary, float_digits=4)
         if trainer.dist.any(PREEMPTION.requested):  # a signal after the last save: the run is done all the same
             trainer._exit_preempted(f"the run had finished, nothing to save ({summary['checkpoint']} and "
                                     f"{summary['export']} are written)", "after the last step")
