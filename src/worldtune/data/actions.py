@@ -11,7 +11,7 @@ in the report, like any other drop), and writes, in the prepared folder (docs/da
   skips frames: `clip_chunk` picks the rows at the clip's frames (NVIDIA's convention: the action
   sampled at each video frame leads to the next one).
 - `actions.json`: format "worldtune.actions" version 1, the feature keys, names and widths, the
-  Cosmos 3 embodiment domain (models/cosmos3_domains.py), the normalisation training applies, and
+  model's embodiment domain (models/action_dynamics.py), the normalisation training applies, and
   per-dimension statistics (mean, std, min, max, q01, q99) of the training episodes only, so held-out
   episodes never leak into the scaling.
 
@@ -34,7 +34,8 @@ from worldtune.atomic import atomic_write_bytes, atomic_write_json
 from worldtune.config import ActionsConfig
 from worldtune.data.lerobot import LeRobotDataset, parquet_columns
 from worldtune.errors import DatasetError
-from worldtune.models.cosmos3_domains import ActionDomain, matching_domains, resolve_domain
+from worldtune.models.action_dynamics import ActionDomain
+from worldtune.models.family import action_dynamics
 
 FORMAT = "worldtune.actions"
 VERSION = 1
@@ -71,10 +72,12 @@ class ActionSource:
         self.names, self.width = _names_and_width(feats[cfg.key], cfg.key, self.info_path)
         self.state_names, self.state_width = (_names_and_width(feats[cfg.state_key], cfg.state_key, self.info_path)
                                               if cfg.state_key else (None, 0))
-        self.domain: ActionDomain = resolve_domain(cfg.domain, cfg.domain_id, self.width,
-                                                   str(ds.info.get("robot_type") or ""), str(self.info_path))
+        self.dynamics = action_dynamics()
+        self.domain: ActionDomain = self.dynamics.resolve_domain(cfg.domain, cfg.domain_id, self.width,
+                                                                 str(ds.info.get("robot_type") or ""),
+                                                                 str(self.info_path))
         self.normalization = cfg.normalization if cfg.normalization != "auto" else (
-            "quantile" if self.domain.new else "none")
+            self.dynamics.default_normalization(self.domain))
         self.episodes, self.bad = _read_columns(ds, cfg.key, cfg.state_key, self.width, self.state_width)
 
     # ------------------------------------------------------------------ checks
@@ -116,7 +119,7 @@ class ActionSource:
             "format": FORMAT, "version": VERSION, "key": self.cfg.key, "state_key": self.cfg.state_key,
             "width": self.width, "names": self.names, "state_width": self.state_width,
             "state_names": self.state_names, "domain": self.domain.to_dict(),
-            "same_width_domains": matching_domains(self.width), "normalization": self.normalization,
+            "same_width_domains": self.dynamics.matching_domains(self.width), "normalization": self.normalization,
             "rows": "source frames start_frame..end_frame-1 of the clip; clip frame k is row k * stride",
             "files": f"{FOLDER}/<clip_id>.safetensors", "stats_episodes": len(train), "stats": stats,
         }

@@ -32,7 +32,7 @@ import torch
 
 from worldtune.data.actions import check_chunk, clip_chunk, load_clip, normalize, read_index
 from worldtune.errors import ConfigError, DatasetError
-from worldtune.models.cosmos3_domains import DOMAIN_IDS, ActionDomain
+from worldtune.models.action_dynamics import ActionDomain
 
 # The action cache's kind in its info.json and key: named after the first task that wrote it and kept, so that
 # caches made for forward dynamics stay valid for every action task.
@@ -63,9 +63,9 @@ def key_settings(cfg, dataset_info: dict[str, Any], spec) -> dict[str, Any]:
     """What an action cache depends on beyond a video cache (its key and info.json): tier, canvas and the
     caption's view point (not the task: every action task reads the same cache). Needs only the dataset's
     info.json."""
-    from worldtune.models.family import family_of
+    from worldtune.models.family import action_dynamics
 
-    dyn = family_of(spec).dynamics()
+    dyn = action_dynamics(spec)
     h, w = dataset_info["height"], dataset_info["width"]
     tier = choose_tier(h, w, cfg.train.dynamics.tier, dyn.canvas)
     return {"task": CACHE_KIND, "tier": tier, "canvas": list(dyn.canvas(h, w, tier)),
@@ -89,6 +89,7 @@ class DynamicsSetup:
     canvas: tuple[int, int]
     view_point: str
     init_from: int | None  # slot whose rows a new domain starts from
+    rows_file: str  # the file of the domain's trained rows beside an adapter
 
     @property
     def width(self) -> int:
@@ -115,12 +116,10 @@ class DynamicsSetup:
 
     def info(self) -> dict[str, Any]:
         """The facts generation needs to drive a trained adapter (saved in its info JSON and in checkpoints)."""
-        from worldtune.models.cosmos3_actions import ROWS_FILE
-
         return {"task": self.task, "domain": self.domain.to_dict(), "normalization": self.normalization,
                 "stats": self.stats, "names": self.names, "width": self.width, "key": self.key,
                 "chunk_size": self.chunk, "fps": self.fps, "tier": self.tier, "canvas": list(self.canvas),
-                "view_point": self.view_point, "rows_file": ROWS_FILE}
+                "view_point": self.view_point, "rows_file": self.rows_file}
 
     def cache_info(self) -> dict[str, Any]:
         """The fields an action cache's info.json records and training checks."""
@@ -133,9 +132,9 @@ def resolve(cfg, dataset_info: dict[str, Any], dataset: str | Path, spec) -> Dyn
     """The action setup of a prepared dataset for this config, or a one-line error: a model without an action
     mode, a dataset prepared without actions, separate camera views, another clip length."""
     from worldtune.data.cache import clip_fps
-    from worldtune.models.family import family_of
+    from worldtune.models.family import action_dynamics
 
-    family_of(spec).dynamics()  # a model without an action mode: its one-line error first
+    dyn = action_dynamics(spec)  # a model without an action mode: its one-line error first
     if (dataset_info.get("layout") or {}).get("type") == "separate":
         raise ConfigError(f"{dataset} keeps camera views separate: the action tasks take one video per clip; prepare "
                           "with prepare.layout = \"grid\" or \"single\"")
@@ -146,15 +145,16 @@ def resolve(cfg, dataset_info: dict[str, Any], dataset: str | Path, spec) -> Dyn
                           "tasks pair each whole clip with its actions; unset train.num_frames")
     domain = ActionDomain(**index["domain"])
     init = cfg.train.dynamics.init_from
-    if init is not None and (init not in DOMAIN_IDS or not domain.new):
+    if init is not None and (init not in dyn.domain_ids or not domain.new):
         raise ConfigError(f"train.dynamics.init_from = {init!r}: it starts a new domain's rows from an existing "
-                          f"domain ({', '.join(sorted(DOMAIN_IDS))}); this dataset's domain is "
+                          f"domain ({', '.join(sorted(dyn.domain_ids))}); this dataset's domain is "
                           f"'{domain.name}'{' (existing)' if not domain.new else ''}")
     keys = key_settings(cfg, dataset_info, spec)
     return DynamicsSetup(task=cfg.train.task, domain=domain, normalization=index["normalization"],
                          stats=index["stats"]["action"], names=list(index["names"]), key=index["key"], chunk=frames - 1,
                          fps=clip_fps(dataset_info, spec), tier=keys["tier"], canvas=tuple(keys["canvas"]),
-                         view_point=keys["view_point"], init_from=DOMAIN_IDS[init] if init is not None else None)
+                         view_point=keys["view_point"], init_from=dyn.domain_ids[init] if init is not None else None,
+                         rows_file=dyn.rows_file)
 
 
 def task_text(row: dict[str, Any]) -> str:
@@ -219,9 +219,9 @@ class DecodedDynamicsClips:
 def cache_encoders(dataset: str | Path, pipe, spec, setup: DynamicsSetup):
     """(encode a row's latents, the key functions of a row, its action chunk) for `worldtune cache`."""
     from worldtune.data.dataset import read_clip_frames
-    from worldtune.models.family import family_of
+    from worldtune.models.family import action_dynamics
 
-    dyn = family_of(spec).dynamics()
+    dyn = action_dynamics(spec)
 
     def latents(row: dict[str, Any]) -> dict[str, torch.Tensor]:
         return {row["clip_id"]: dyn.encode_clip(pipe, read_clip_frames(dataset, row), setup.tier)}
@@ -237,9 +237,9 @@ def encode_task_texts(pipe, spec, setup: DynamicsSetup, batches: list[list[str]]
     from rich.progress import track
 
     from worldtune.data.cache import prompt_key
-    from worldtune.models.family import family_of
+    from worldtune.models.family import action_dynamics
 
-    dyn = family_of(spec).dynamics()
+    dyn = action_dynamics(spec)
     todo = [b for b in batches if any(prompt_key(p) not in have for p in b)]
     for batch in track(todo, description="action captions", transient=True, disable=not todo):
         ids = dyn.prompt_ids(pipe, batch, setup.chunk, setup.canvas, setup.fps, setup.view_point,

@@ -156,7 +156,6 @@ def plan_models(ac, pipe, family, index: dict[str, Any], info: dict[str, Any]) -
     from worldtune.data.dynamics import choose_tier, choose_view_point
     from worldtune.infer.adapters import check_adapter
     from worldtune.infer.generate import adapter_label
-    from worldtune.models.cosmos3_actions import read_action_info, require_mode
     from worldtune.names import safe_name
 
     dyn = family.dynamics()
@@ -169,8 +168,8 @@ def plan_models(ac, pipe, family, index: dict[str, Any], info: dict[str, Any]) -
                                   (index.get("stats") or {}).get("action"), auto_tier, auto_view))
     for spec in ac.adapters:
         label = safe_name(spec.name, fallback="adapter") if spec.name else adapter_label(spec.path)
-        facts = read_action_info(spec.path)
-        require_mode(facts, "forward_dynamics", spec.path)
+        facts = dyn.read_adapter_info(spec.path)
+        dyn.require_mode(facts, "forward_dynamics", spec.path)
         if facts["domain"] != index["domain"]:
             raise ConfigError(f"adapter {spec.path} drives domain {facts['domain']} but {ac.dataset}/actions.json has "
                               f"{index['domain']}: evaluate it on the dataset it was trained on")
@@ -193,25 +192,23 @@ class DomainRows:
     written into the tables in place (input, and output where it trained them), and the next model must not see
     them."""
 
-    def __init__(self, transformer, loaded: bool) -> None:
-        from worldtune.models.cosmos3_actions import INPUT_TABLES, OUTPUT_TABLES
-
+    def __init__(self, transformer, loaded: bool, dynamics) -> None:
         self.transformer, self.loaded = transformer, loaded  # loaded: LoRA adapters were injected
-        self.saved = {n: transformer.get_submodule(n).weight.detach().clone() for n in INPUT_TABLES + OUTPUT_TABLES}
+        self.dynamics = dynamics  # the family's action interface (ModelFamily.dynamics())
+        self.saved = {n: transformer.get_submodule(n).weight.detach().clone() for n in dynamics.row_tables}
 
     def use(self, model: ActionModel):
         """Restore the checkpoint's rows, then (adapter) load the adapter's rows and switch the LoRA on."""
         import torch
 
         from worldtune.infer.adapters import activate
-        from worldtune.models.cosmos3_actions import load_action_adapter_rows
 
         with torch.no_grad():
             for n, w in self.saved.items():
                 self.transformer.get_submodule(n).weight.copy_(w)
         activate(self.transformer, model.adapter, loaded=self.loaded)
         if model.adapter is not None:
-            load_action_adapter_rows(self.transformer, model.adapter.path)
+            self.dynamics.load_adapter_rows(self.transformer, model.adapter.path)
 
 
 # ------------------------------------------------------------------------------------ generation
@@ -234,7 +231,7 @@ def _load(cfg):
                                vae_dtype=dtype, revision=cfg.model.revision, random_weights=cfg.model.random_weights)
     family = family_of(spec)
     family.dynamics()  # a model family without an action mode: its one-line error
-    if not getattr(pipe.transformer.config, "action_gen", False):
+    if not family.has_action_heads(pipe.transformer):
         raise ConfigError(f"model {spec.name} has no action heads (action_gen = false): evaluate.mode = \"actions\" "
                           "needs a Cosmos 3 model with them")
     pipe.to(device)
@@ -268,7 +265,7 @@ def generate_under_actions(cfg) -> Path:
     from worldtune.infer.adapters import load_adapters
     from worldtune.infer.dynamics import forward_dynamics
     from worldtune.infer.views import layout_roles, split_views
-    from worldtune.models.cosmos3_domains import ActionDomain
+    from worldtune.models.action_dynamics import ActionDomain
 
     ac = cfg.evaluate.actions
     dataset = Path(ac.dataset)
@@ -296,7 +293,7 @@ def generate_under_actions(cfg) -> Path:
     adapters = [m.adapter for m in models if m.adapter is not None]
     if adapters:
         load_adapters(pipe.transformer, adapters)
-    rows_state = DomainRows(pipe.transformer, loaded=bool(adapters))
+    rows_state = DomainRows(pipe.transformer, loaded=bool(adapters), dynamics=family.dynamics())
     out = Path(cfg.evaluate.out) / FOLDER
     out.mkdir(parents=True, exist_ok=True)
     layout = info.get("layout")

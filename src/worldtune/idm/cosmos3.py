@@ -93,7 +93,7 @@ def load_cosmos3_labeler(cfg, dataset_hint: str | None, fps: float) -> Cosmos3La
 
     from worldtune.data.actions import read_index
     from worldtune.data.dynamics import choose_tier, choose_view_point
-    from worldtune.models.cosmos3_domains import ActionDomain
+    from worldtune.models.action_dynamics import ActionDomain
     from worldtune.models.family import family_of
     from worldtune.models.load import load_pipeline
 
@@ -112,22 +112,21 @@ def load_cosmos3_labeler(cfg, dataset_hint: str | None, fps: float) -> Cosmos3La
                                vae_dtype=dtype, revision=cfg.model.revision, random_weights=cfg.model.random_weights)
     family = family_of(spec)
     dyn = family.dynamics()  # a model without an action mode: its one-line error
-    if not getattr(pipe.transformer.config, "action_gen", False):
+    if not family.has_action_heads(pipe.transformer):
         raise ConfigError(f"model {spec.name} has no action heads (action_gen = false): the cosmos3 labeller needs a "
                           "Cosmos 3 model with them")
     facts: dict[str, Any] = {}
     if cc.adapter:
         from worldtune.infer.adapters import activate, check_adapter, load_adapters
-        from worldtune.models.cosmos3_actions import load_action_adapter_rows, read_action_info
 
-        facts = read_action_info(cc.adapter)
+        facts = dyn.read_adapter_info(cc.adapter)
         if facts["domain"] != index["domain"]:
             raise ConfigError(f"adapter {cc.adapter} drives domain {facts['domain']} but {dataset}/actions.json has "
                               f"{index['domain']}: label with the adapter trained on this dataset")
         lora = check_adapter(cc.adapter, pipe.transformer, "fd", 1.0, family.adapter_info())
         load_adapters(pipe.transformer, [lora])
         activate(pipe.transformer, lora, True)
-        load_action_adapter_rows(pipe.transformer, cc.adapter)
+        dyn.load_adapter_rows(pipe.transformer, cc.adapter)
     pipe.to(device)
     pipe.set_progress_bar_config(disable=True)
     h, w = int(info["height"]), int(info["width"])

@@ -1,10 +1,11 @@
-"""Cosmos 3 action-conditioned generation: forward dynamics (frame + actions -> video) and inverse dynamics
-(video -> actions), through `Cosmos3OmniPipeline.__call__` with a `CosmosActionCondition`.
+"""Action-conditioned generation: forward dynamics (frame + actions -> video) and inverse dynamics (video ->
+actions), through the model family's action interface (`ModelFamily.dynamics()`; Cosmos 3: its pipeline's
+`__call__` with a `CosmosActionCondition`).
 
 Both are the plain diffusers call, so a trained model behaves here exactly as in a user's own script; what
 worldtune adds is the checking a policy-evaluation loop needs (one-line errors instead of a traceback deep
 in the pipeline) and its seeding convention: the noise is drawn from a CPU `torch.Generator` seeded with
-`seed`, as `Cosmos3.generate` does, so a seed gives the same rollout on any device.
+`seed`, as generation does, so a seed gives the same rollout on any device.
 
 Shapes. An action chunk of K transitions pairs with a video of K + 1 frames (action k is taken at frame k
 and leads to frame k + 1). The VAE compresses time 4x, so a chunk is a whole number of latent frames only
@@ -14,7 +15,7 @@ the closest aspect ratio, downscaled never upscaled, padded on the right and bot
 region only: `forward_dynamics` gives frames of the content size rounded down to the VAE's 16 pixels, which
 is the input size itself when that fits the canvas and is a multiple of 16.
 
-A domain that is not one of diffusers' table (a new robot's slot) is registered first (`register_domain`);
+A domain that is not one of the model's table (a new robot's slot) is registered first (`register_domain`);
 actions are in the model's scaling (normalised as the domain was trained), at the domain's raw width.
 """
 
@@ -23,14 +24,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from worldtune.errors import ConfigError
-from worldtune.models.cosmos3_actions import register_domain
-from worldtune.models.cosmos3_domains import DOMAIN_IDS, RAW_WIDTHS, ActionDomain
+from worldtune.models.action_dynamics import ActionDomain
+from worldtune.models.family import pipeline_dynamics
 
-TIERS = (256, 480, 704, 720)  # diffusers' _ACTION_RESOLUTION_BINS
-VIEW_POINTS = ("ego_view", "third_person_view", "wrist_view", "concat_view")  # _ACTION_VIEWPOINT_TEMPLATES
 TIME_STRIDE = 4  # the Wan VAE's temporal compression
 
 
@@ -39,20 +37,11 @@ def forward_dynamics(pipe, first_frame: np.ndarray, actions: np.ndarray, domain:
                      fps: float) -> np.ndarray:
     """The video [K+1, h, w, 3] uint8 that the action chunk `actions` [K, D] produces from `first_frame`
     [H, W, 3] uint8 (frame 0 is the model's reconstruction of it). K must be a multiple of 4."""
-    from PIL import Image
-
     frame = check_frames(first_frame[None] if isinstance(first_frame, np.ndarray) and first_frame.ndim == 3
                          else first_frame, "first_frame")
     chunk = check_actions(actions, domain)
-    _check_settings(pipe, domain, steps, tier, view_point, fps)
-    condition = _condition("forward_dynamics", len(chunk), domain, tier, view_point,
-                           raw_actions=torch.tensor(chunk), image=Image.fromarray(frame[0]))
-    from worldtune.models.cosmos3 import encode_leading_frames
-    from worldtune.models.latents import to_uint8
-
-    with encode_leading_frames(pipe, 1):  # only frame 0 conditions: the rest of the VAE's work is thrown away
-        out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="np")
-    video = to_uint8(np.asarray(out.video))
+    video = pipeline_dynamics(pipe).forward(pipe, frame[0], chunk, domain, task, seed=seed, steps=steps,
+                                            guidance=guidance, tier=tier, view_point=view_point, fps=fps)
     if len(video) != len(chunk) + 1:  # the pipeline's own shapes changed: say so rather than return a short video
         raise ConfigError(f"the pipeline returned {len(video)} frames for a {len(chunk)}-action chunk, not "
                           f"{len(chunk) + 1}: check the diffusers version (worldtune is tested with 0.42.1)")
@@ -63,18 +52,14 @@ def inverse_dynamics(pipe, video: np.ndarray, domain: ActionDomain, task: str, *
                      guidance: float, tier: int, view_point: str = "ego_view", fps: float) -> np.ndarray:
     """The action chunk [K, D] float32 (in the model's scaling) that leads through `video` [K+1, H, W, 3]
     uint8; every frame conditions, only the actions are denoised. K must be a multiple of 4."""
-    from PIL import Image
-
     frames = check_frames(video, "video")
     k = len(frames) - 1
     if k < TIME_STRIDE or k % TIME_STRIDE:
         raise ConfigError(f"video has {len(frames)} frames, so a chunk of {k} actions; inverse dynamics needs "
                           f"4k + 1 frames (a chunk of a multiple of {TIME_STRIDE} actions): give "
                           f"{max(TIME_STRIDE, k // TIME_STRIDE * TIME_STRIDE) + 1} frames")
-    _check_settings(pipe, domain, steps, tier, view_point, fps)
-    condition = _condition("inverse_dynamics", k, domain, tier, view_point, video=[Image.fromarray(f) for f in frames])
-    out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="latent")
-    return out.action[0].float().numpy().astype(np.float32)
+    return pipeline_dynamics(pipe).inverse(pipe, frames, domain, task, seed=seed, steps=steps, guidance=guidance,
+                                           tier=tier, view_point=view_point, fps=fps)
 
 
 # ------------------------------------------------------------------------------ checks
@@ -108,36 +93,3 @@ def check_actions(actions: Any, domain: ActionDomain) -> np.ndarray:
         raise ConfigError(f"a chunk of {k} actions pairs with {k + 1} video frames, but the VAE makes 4k + 1 frames: "
                           f"give a multiple of {TIME_STRIDE} actions (e.g. {max(TIME_STRIDE, k // TIME_STRIDE * TIME_STRIDE)})")
     return a
-
-
-def _check_settings(pipe, domain: ActionDomain, steps: int, tier: int, view_point: str, fps: float) -> None:
-    if not getattr(pipe.transformer.config, "action_gen", False):
-        raise ConfigError("this Cosmos 3 checkpoint has no action heads (transformer action_gen = false): "
-                          "action-conditioned generation needs a model trained with them")
-    if tier not in TIERS:
-        raise ConfigError(f"resolution tier {tier} is not one of {list(TIERS)}: pick the one nearest the frames' "
-                          "short side")
-    if view_point not in VIEW_POINTS:
-        raise ConfigError(f"view point {view_point!r} is not one of {list(VIEW_POINTS)}")
-    if steps < 1 or not fps > 0:
-        raise ConfigError(f"steps = {steps} and fps = {fps}: both must be positive")
-    if not domain.new and (DOMAIN_IDS.get(domain.name) != domain.id or RAW_WIDTHS.get(domain.name) != domain.width):
-        raise ConfigError(f"domain {domain.to_dict()} is not Cosmos 3's '{domain.name}' (slot "
-                          f"{DOMAIN_IDS.get(domain.name)}, {RAW_WIDTHS.get(domain.name)}-D): mark it new or fix its slot")
-    if domain.width > pipe.transformer.config.action_dim:
-        raise ConfigError(f"domain '{domain.name}' is {domain.width}-D but the model's action tokens hold "
-                          f"{pipe.transformer.config.action_dim}")
-    register_domain(domain)
-
-
-def _condition(mode: str, chunk: int, domain: ActionDomain, tier: int, view_point: str, **inputs):
-    from diffusers import CosmosActionCondition
-
-    return CosmosActionCondition(mode=mode, chunk_size=chunk, domain_name=domain.name, resolution_tier=tier,
-                                 view_point=view_point, **inputs)
-
-
-def _call_kwargs(seed: int, steps: int, guidance: float, fps: float) -> dict[str, Any]:
-    """What both modes pass to the pipeline besides the condition: the noise from a CPU generator."""
-    return dict(fps=float(fps), num_inference_steps=int(steps), guidance_scale=float(guidance),
-                generator=torch.Generator("cpu").manual_seed(int(seed)))

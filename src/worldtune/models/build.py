@@ -8,28 +8,14 @@ every code path downstream is the same at every size.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
 
+from worldtune.models.components import NoOpSafetyChecker, build_scheduler, build_vae
 from worldtune.models.registry import ModelSpec
 
-
-class NoOpSafetyChecker:
-    """Stands in for NVIDIA's guardrail, which the Cosmos pipelines require but cannot fetch offline.
-
-    A plain object, not a module: it holds no weights, is not saved with the pipeline, and does
-    not take part in device placement.
-    """
-
-    def to(self, *args: Any, **kwargs: Any) -> "NoOpSafetyChecker":
-        return self
-
-    def check_text_safety(self, prompt: str) -> bool:
-        return True
-
-    def check_video_safety(self, video: Any) -> Any:
-        return video
+__all__ = ["NoOpSafetyChecker", "build_pipeline", "build_scheduler", "build_transformer", "build_vae",
+           "pipeline_class", "seeded"]
 
 
 @contextlib.contextmanager
@@ -48,21 +34,6 @@ def build_transformer(spec: ModelSpec, device: str | torch.device = "cpu", dtype
     from worldtune.models.family import family_of
 
     return family_of(spec).build_transformer(device, dtype)
-
-
-def build_vae(spec: ModelSpec, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
-    """The Wan VAE of a spec (Wan2.1 for Predict, the 48-channel Wan2.2 for Cosmos 3)."""
-    from diffusers import AutoencoderKLWan
-
-    with torch.device(device):
-        vae = AutoencoderKLWan(**spec.vae)
-    return vae.to(dtype=dtype) if str(device) != "meta" else vae
-
-
-def build_scheduler(spec: ModelSpec):
-    import diffusers
-
-    return getattr(diffusers, spec.scheduler_class)(**spec.scheduler)
 
 
 def pipeline_class(spec: ModelSpec):

@@ -23,21 +23,20 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 
 from worldtune.errors import DatasetError
-from worldtune.models.build import build_scheduler, build_vae
-from worldtune.models.family import ModelFamily
+from worldtune.models.components import build_scheduler, build_vae
+from worldtune.models.cosmos3_dynamics import Cosmos3Dynamics
+from worldtune.models.cosmos3_pipeline import (NUM_TRAIN_TIMESTEPS, PAD_ID, VAE_TEMPORAL,  # noqa: F401 (re-exported)
+                                              encode_leading_frames, sample_clean_first, transformer_inputs)
+from worldtune.models.family_base import ModelFamily
 from worldtune.models.flops import FlopCount
 
-NUM_TRAIN_TIMESTEPS = 1000  # the network's timestep = sigma * 1000 (cosmos-framework's num_train_timesteps)
-PAD_ID = -1  # pads cached token-id rows to one length (no real token id is negative)
 TIME_PROJ_DIM = 256  # Cosmos3OmniTransformer's sinusoidal timestep width (time_proj -> time_embedder)
 # Text tokens assumed for FLOP figures: a plain caption with the chat template and metadata sentences is a few
 # hundred tokens; NVIDIA's structured JSON captions run to ~1,800 (their cap is 2,048).
@@ -97,37 +96,6 @@ def prompt_token_ids(pipe, prompt: str, num_frames: int, height: int, width: int
     return ids, empty
 
 
-def _pipeline_view(config) -> SimpleNamespace:
-    """What the pipeline's segment builders read from `self`: the transformer config and the VAE's time stride."""
-    return SimpleNamespace(transformer=SimpleNamespace(config=config), vae_scale_factor_temporal=Cosmos3.vae_temporal)
-
-
-def transformer_inputs(config, input_ids: torch.Tensor, x_t: torch.Tensor, frame_sigma: torch.Tensor,
-                       num_cond: int, fps: float | None) -> dict[str, Any]:
-    """Keyword arguments of `Cosmos3OmniTransformer.forward` for one sample, built by the pipeline's own code.
-
-    `input_ids` [L] text tokens; `x_t` [1, C, T, H, W] latents (clean on the first `num_cond` frames);
-    `frame_sigma` [T] noise level per latent frame (read on the noisy frames only).
-    """
-    from diffusers import Cosmos3OmniPipeline
-
-    view, dev = _pipeline_view(config), x_t.device
-    text = Cosmos3OmniPipeline._prepare_text_segment(view, input_ids.tolist(), dev)
-    vision = Cosmos3OmniPipeline._prepare_vision_segment(
-        view, x_t, has_image_condition=num_cond > 0, mrope_offset=text["vision_start_temporal_offset"],
-        vision_fps=fps, curr=text["und_len"], device=dev, condition_frame_indexes=list(range(num_cond)))
-    noisy = vision["vision_noisy_frame_indexes"][0]
-    _, hp, wp = vision["vision_token_shapes"][0]
-    timesteps = (frame_sigma.to(dev, torch.float32)[noisy] * NUM_TRAIN_TIMESTEPS).repeat_interleave(hp * wp)
-    return dict(
-        input_ids=text["input_ids"], text_indexes=text["text_indexes"], und_len=text["und_len"],
-        position_ids=torch.cat([text["text_mrope_ids"], vision["vision_mrope_ids"]], dim=1),
-        sequence_length=text["und_len"] + vision["num_vision_tokens"], vision_tokens=[x_t],
-        vision_token_shapes=vision["vision_token_shapes"], vision_sequence_indexes=vision["vision_sequence_indexes"],
-        vision_mse_loss_indexes=vision["vision_mse_loss_indexes"], vision_timesteps=timesteps,
-        vision_noisy_frame_indexes=vision["vision_noisy_frame_indexes"], return_dict=False)
-
-
 def forward_flops(cfg: Mapping[str, Any], frames: int, height: int, width: int, text_tokens: int,
                   cond_frames: int = 0, batch: int = 1) -> FlopCount:
     """FLOPs of `batch` transformer forwards (the model packs one sample per call), matmul by matmul as
@@ -157,33 +125,6 @@ def forward_flops(cfg: Mapping[str, Any], frames: int, height: int, width: int, 
     return FlopCount({k: batch * v for k, v in parts.items()})
 
 
-@contextmanager
-def encode_leading_frames(pipe, pixel_frames: int):
-    """Within the block, the pipeline VAE-encodes only the first `pixel_frames` frames of its conditioning
-    video and leaves zeros for the rest.
-
-    The pipeline encodes a full-length video (the conditioning frames repeated to the end, or a blank
-    video for text2world) and then keeps only the conditioning latent frames: the others are multiplied by a zero
-    mask before noise replaces them. The Wan VAE encodes causally in time (the first frame alone, then
-    4-frame chunks with a feature cache), so the first k latent frames come from the first 4(k-1)+1
-    frames alone, bit for bit; encoding only those is the same result without the rest of the work."""
-    spatial, temporal = pipe.vae_scale_factor_spatial, pipe.vae_scale_factor_temporal
-
-    def lean(x: torch.Tensor) -> torch.Tensor:
-        b, _, t, h, w = x.shape
-        out = x.new_zeros(b, pipe.vae.config.z_dim, (t - 1) // temporal + 1, h // spatial, w // spatial)
-        if pixel_frames:
-            head = type(pipe)._encode_video(pipe, x[:, :, :pixel_frames])
-            out[:, :, :head.shape[2]] = head
-        return out
-
-    pipe._encode_video = lean
-    try:
-        yield
-    finally:
-        del pipe._encode_video
-
-
 class Cosmos3(ModelFamily):
     name = "cosmos3"
     label = "Cosmos 3"
@@ -194,10 +135,11 @@ class Cosmos3(ModelFamily):
     text_components = ("text_tokenizer",)
     text_depends_on_clip = True  # the resolution and duration sentences the pipeline appends
     vae_spatial = 16  # Wan2.2 VAE: 16x spatial, 4x temporal, 48 channels
-    vae_temporal = 4
+    vae_temporal = VAE_TEMPORAL
     patch = 2
     prompt_embeddings = False  # the pipeline tokenizes the prompt text; the transformer embeds the ids itself
     compile_dynamic = None  # text length differs per prompt and between the guidance branches
+    dynamics_class = Cosmos3Dynamics  # the action tasks, through the pipeline's action modes
 
     # ------------------------------------------------------------------ building
     def build_transformer(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
@@ -325,12 +267,6 @@ class Cosmos3(ModelFamily):
             **self._activation_numbers(frames, height, width, batch, lora_rank, mode),
         }
 
-    def dynamics(self):
-        """The action tasks through the pipeline's action modes (models/cosmos3_actions.py)."""
-        from worldtune.models.cosmos3_actions import ActionDynamics
-
-        return ActionDynamics(self)
-
     def _activation_numbers(self, frames: int, height: int, width: int, batch: int, lora_rank: int,
                             mode: str) -> dict[str, Any]:
         """`model info`'s activation rows: eager counts (what autograd keeps), LoRA only."""
@@ -410,34 +346,3 @@ class Cosmos3(ModelFamily):
         t = self.spec.transformer
         return {"base_model": self.spec.name, "family": self.name, "hidden_size": t["hidden_size"],
                 "num_layers": t["num_hidden_layers"]}
-
-
-@torch.no_grad()
-def sample_clean_first(transformer: torch.nn.Module, scheduler, x0: torch.Tensor, text: torch.Tensor,
-                       noise: torch.Tensor, steps: int, guidance: float, inputs) -> torch.Tensor:
-    """The pipeline's denoising loop on cached inputs, latent frame 0 of `x0` clean and the rest from `noise`, the
-    network's timestep the scheduler's (sigma x 1000), guidance against the dropped text (row 1 of `text` [1, 2, L]).
-
-    `inputs(config, ids, x, frame_sigma)` builds the transformer's keyword arguments: image-to-video and forward
-    dynamics (which adds the clean action tokens) differ only there."""
-    from worldtune.train.adapters import unwrap
-
-    config, dtype = unwrap(transformer).config, next(transformer.parameters()).dtype
-    prompt, dropped = (row[row != PAD_ID] for row in text[0])
-    x = noise.float().clone()
-    x[:, :, :1] = x0[:, :, :1].float()
-    noisy = torch.ones(1, 1, x.shape[2], 1, 1, device=x.device)
-    noisy[:, :, 0] = 0.0
-    scheduler.set_timesteps(steps, device=x.device)
-    for t in scheduler.timesteps:
-        frame_sigma = torch.full((x.shape[2],), float(t) / NUM_TRAIN_TIMESTEPS, device=x.device)
-
-        def velocity(ids: torch.Tensor) -> torch.Tensor:
-            return transformer(**inputs(config, ids, x.to(dtype), frame_sigma))[0][0].float() * noisy
-
-        v = velocity(prompt)
-        if guidance > 1.0:
-            v_drop = velocity(dropped)
-            v = v_drop + guidance * (v - v_drop)
-        x = scheduler.step(v, t, x, return_dict=False)[0]
-    return x

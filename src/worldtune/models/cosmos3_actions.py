@@ -31,15 +31,13 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from worldtune.errors import ConfigError, DatasetError, GenerationError
-from worldtune.models.cosmos3 import (NUM_TRAIN_TIMESTEPS, PAD_ID, _pipeline_view, sample_clean_first,
-                                      transformer_inputs)
-from worldtune.models.cosmos3_domains import ActionDomain
+from worldtune.models.action_dynamics import ActionDomain
+from worldtune.models.cosmos3_domains import INPUT_TABLES, OUTPUT_TABLES, ROWS_FILE
+from worldtune.models.cosmos3_pipeline import (NUM_TRAIN_TIMESTEPS, PAD_ID, pipeline_view, sample_clean_first,
+                                              transformer_inputs)
 
 MODE = "forward_dynamics"  # the mode whose caption the cache stores (the pipeline writes the same for every mode)
-ROWS_FILE = "action_domain.safetensors"  # the domain's trained projection rows, beside an adapter
 SIDECAR = "worldtune_adapter.json"  # the adapter's info JSON (infer/adapters.py reads it too); key "action"
-INPUT_TABLES = ("action_proj_in.fc", "action_proj_in.bias")  # actions in: all forward dynamics reads
-OUTPUT_TABLES = ("action_proj_out.fc", "action_proj_out.bias")  # actions out: inverse dynamics and policy
 
 
 def padded_actions(actions: torch.Tensor, action_dim: int) -> torch.Tensor:
@@ -61,7 +59,7 @@ def action_run_inputs(config, input_ids: torch.Tensor, x_t: torch.Tensor, frame_
     as the pipeline's loop feeds it), None when every step is a clean conditioning token."""
     from diffusers import Cosmos3OmniPipeline
 
-    view, dev = _pipeline_view(config), x_t.device
+    view, dev = pipeline_view(config), x_t.device
     kw = transformer_inputs(config, input_ids, x_t, frame_sigma, num_cond=clean_frames, fps=fps)
     offset = Cosmos3OmniPipeline._prepare_text_segment(view, input_ids.tolist(), dev)["vision_start_temporal_offset"]
     tokens = padded_actions(actions.to(device=dev, dtype=x_t.dtype), config.action_dim)
@@ -129,7 +127,7 @@ def sample_forward_dynamics(transformer: nn.Module, scheduler, x0: torch.Tensor,
                             actions: torch.Tensor, domain_id: int, noise: torch.Tensor, steps: int, guidance: float,
                             fps: float | None = None) -> torch.Tensor:
     """The pipeline's forward-dynamics loop on cached inputs (the trainer's validation videos): every action step
-    clean in both guidance branches; `actions` [1, K, D] normalised (loop: `cosmos3.sample_clean_first`)."""
+    clean in both guidance branches; `actions` [1, K, D] normalised (loop: `cosmos3_pipeline.sample_clean_first`)."""
     return sample_clean_first(transformer, scheduler, x0, text, noise, steps, guidance,
                               lambda config, ids, x, sigma: forward_dynamics_inputs(config, ids, x, sigma, actions[0],
                                                                                     domain_id, fps))
@@ -318,43 +316,16 @@ def load_action_adapter_rows(transformer: nn.Module, adapter_dir: str | Path) ->
     return domain
 
 
-# ------------------------------------------------------------------------------ the family's interface
-class ActionDynamics:
-    """What the action tasks (`train.task` = forward_dynamics, inverse_dynamics, joint) ask of the Cosmos 3
-    family: the canvas, the action caption, the canvas latents, the trainable domain rows, the prediction and the
-    forward-dynamics sampler (ModelFamily.dynamics())."""
-
-    def __init__(self, family) -> None:
-        self.family = family
-
-    def canvas(self, height: int, width: int, tier: int) -> tuple[int, int]:
-        return action_canvas(height, width, tier)
-
-    def prompt_ids(self, pipe, tasks: list[str], chunk: int, canvas: tuple[int, int], fps: float,
-                   view_point: str, max_length: int) -> torch.Tensor:
-        """Token ids [N, 2, L] (padded with -1): row 0 the task's action caption, row 1 the dropped text."""
-        rows = [action_prompt_token_ids(pipe, t, chunk, *canvas, fps, view_point) for t in tasks]
-        length = max_length
-        out = torch.full((len(tasks), 2, length), PAD_ID, dtype=torch.long)
-        for i, (task, pair) in enumerate(zip(tasks, rows)):
-            for j, ids in enumerate(pair):
-                if len(ids) > length:
-                    raise DatasetError(f"task {task[:60]!r}... is {len(ids)} tokens in its action caption, over the "
-                                       f"model's {length}: shorten the task text")
-                out[i, j, :len(ids)] = torch.tensor(ids)
-        return out
-
-    def encode_clip(self, pipe, frames: np.ndarray, tier: int) -> torch.Tensor:
-        return encode_clip_on_canvas(pipe, frames, tier)
-
-    def check_heads(self, transformer: nn.Module) -> None:
-        _tables(transformer, INPUT_TABLES)
-
-    def train_rows(self, transformer: nn.Module, domain_id: int, init_from: int | None,
-                   outputs: bool = False) -> list[nn.Parameter]:
-        return train_domain_rows(transformer, domain_id, init_from, outputs)
-
-    predict = staticmethod(predict_dynamics)
-    sample = staticmethod(sample_forward_dynamics)
-    save_rows = staticmethod(save_action_adapter_rows)
-    merge_rows = staticmethod(merge_domain_rows)
+def action_prompt_ids(pipe, tasks: list[str], chunk: int, canvas: tuple[int, int], fps: float, view_point: str,
+                      max_length: int) -> torch.Tensor:
+    """Token ids [N, 2, L] (padded with -1): row 0 the task's action caption, row 1 the dropped text."""
+    rows = [action_prompt_token_ids(pipe, t, chunk, *canvas, fps, view_point) for t in tasks]
+    length = max_length
+    out = torch.full((len(tasks), 2, length), PAD_ID, dtype=torch.long)
+    for i, (task, pair) in enumerate(zip(tasks, rows)):
+        for j, ids in enumerate(pair):
+            if len(ids) > length:
+                raise DatasetError(f"task {task[:60]!r}... is {len(ids)} tokens in its action caption, over the "
+                                   f"model's {length}: shorten the task text")
+            out[i, j, :len(ids)] = torch.tensor(ids)
+    return out

@@ -15,9 +15,11 @@ slots NVIDIA hands out next (in increasing order) stay clear of it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from worldtune.errors import ConfigError
+from worldtune.models.action_dynamics import ActionDomain
+
+__all__ = ["DOMAIN_IDS", "INPUT_TABLES", "NUM_DOMAINS", "OUTPUT_TABLES", "RAW_WIDTHS", "ROWS_FILE", "ActionDomain",
+           "free_domain_ids", "matching_domains", "resolve_domain"]
 
 NUM_DOMAINS = 32  # Cosmos3OmniTransformer.num_embodiment_domains of the released models
 DOMAIN_IDS: dict[str, int] = {
@@ -31,19 +33,10 @@ RAW_WIDTHS: dict[str, int] = {
     "agibot_gear_gripper": 29, "agibot_gear_gripper_ext": 29, "fractal": 10, "hand_pose": 57,
 }
 NVIDIA_ONLY_IDS = frozenset({16, 17, 21, 22, 23})  # cosmos-framework domain_utils.py: YAM, RoboTwin, ... robots
-
-
-@dataclass(frozen=True)
-class ActionDomain:
-    """The slot a dataset's actions use: `new` = a slot no released domain uses (its rows start untrained)."""
-
-    name: str
-    id: int
-    width: int
-    new: bool
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+# The per-domain tables (one weight row per slot) and the file of a domain's trained rows beside an adapter
+INPUT_TABLES = ("action_proj_in.fc", "action_proj_in.bias")  # actions in: all forward dynamics reads
+OUTPUT_TABLES = ("action_proj_out.fc", "action_proj_out.bias")  # actions out: inverse dynamics and policy
+ROWS_FILE = "action_domain.safetensors"
 
 
 def free_domain_ids() -> list[int]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from worldtune.errors import ConfigError
-from worldtune.models.memory import BF16, FP32, ActivationEstimate
+from worldtune.models.activations import BF16, FP32, ActivationEstimate
 
 # Backward peak buffers per generator token per hidden unit (bytes), fitted to the eager Edge LoRA step at
 # 93x480x832 on one H200 (29.83 GiB peak; docs/models.md).

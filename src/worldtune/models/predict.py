@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from worldtune.models.build import NoOpSafetyChecker, build_scheduler, build_vae
-from worldtune.models.family import ModelFamily
+from worldtune.models.components import NoOpSafetyChecker, build_scheduler, build_vae
+from worldtune.models.family_base import ModelFamily
 
 
 class _Predict(ModelFamily):

@@ -348,7 +348,7 @@ def per_block_bytes(cfg: Any, latent_t: int, latent_h: int, latent_w: int, batch
     latent pixels (H/8, W/8). Fused adaLN drops the per-token modulation tensors (the 1-D layout
     of the estimator). For `choose_checkpointing(..., per_block_bytes=...)` with "auto".
     """
-    from worldtune.models.memory import BlockDims, block_bytes_per_text_token, block_bytes_per_token, dora_block_constant
+    from worldtune.models.activations import BlockDims, block_bytes_per_text_token, block_bytes_per_token, dora_block_constant
 
     spec_tokens = getattr(cfg, "max_sequence_length", None)
     tcfg: Mapping[str, Any] = cfg.transformer if hasattr(cfg, "transformer") else cfg

@@ -27,9 +27,9 @@ def returned_size(height: int, width: int, tier: int) -> tuple[int, int]:
     """The frame size the pipeline returns for action-conditioned frames of this size: the content region of
     the tier's canvas (downscaled to fit, never upscaled), cut to whole latents. Mirrors
     `Cosmos3OmniPipeline._prepare_action_video_conditioning` and `_remove_action_video_padding_from_latent`."""
-    from worldtune.models.cosmos3_actions import action_canvas
+    from worldtune.models.family import action_dynamics
 
-    th, tw = action_canvas(height, width, tier)
+    th, tw = action_dynamics().canvas(height, width, tier)
     scale = min(tw / width, th / height, 1.0)
     ch, cw = max(1, int(scale * height + 0.5)), max(1, int(scale * width + 0.5))
     return max(ch // VAE_STRIDE, 1) * VAE_STRIDE, max(cw // VAE_STRIDE, 1) * VAE_STRIDE

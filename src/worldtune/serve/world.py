@@ -26,7 +26,8 @@ from worldtune.config import ServeConfig, WorldtuneConfig
 from worldtune.data.layout import Layout, SingleLayout, layout_from_dict
 from worldtune.errors import ConfigError, DatasetError, ServeError
 from worldtune.infer.dynamics import check_actions, forward_dynamics
-from worldtune.models.cosmos3_domains import ActionDomain, resolve_domain
+from worldtune.models.action_dynamics import ActionDomain
+from worldtune.models.family import action_dynamics, family_of, pipeline_dynamics
 from worldtune.serve.cameras import CameraMap, check_stream_size, returned_size
 from worldtune.serve.judging import RolloutJudge, rollout_judge
 from worldtune.serve.protocol import Ended, check_policy
@@ -215,9 +216,8 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
 def _smallest_tier(height: int, width: int) -> int:
     """The tier training picks by default (`data/dynamics.choose_tier`): the smallest canvas holding the frames."""
     from worldtune.data.dynamics import choose_tier
-    from worldtune.models.cosmos3_actions import action_canvas
 
-    return choose_tier(height, width, "auto", action_canvas)
+    return choose_tier(height, width, "auto", action_dynamics().canvas)
 
 
 def _dataset_facts(dataset: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -264,7 +264,7 @@ def _load_pipeline(cfg: WorldtuneConfig):
     dtype = cfg.model.dtype if device.type == "cuda" else "fp32"
     pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype=dtype, device="cpu", seed=cfg.model.seed,
                                vae_dtype=dtype, revision=cfg.model.revision, random_weights=cfg.model.random_weights)
-    if not getattr(pipe.transformer.config, "action_gen", False):  # only Cosmos 3 transformers have action heads
+    if not family_of(spec).has_action_heads(pipe.transformer):  # only Cosmos 3 transformers have action heads
         raise ConfigError(f"model {spec.name} has no Cosmos 3 action heads: `worldtune serve` needs a Cosmos 3 model "
                           "with action_gen (cosmos3-edge, cosmos3-nano, tiny-cosmos3)")
     pipe.to(device)
@@ -274,12 +274,11 @@ def _load_pipeline(cfg: WorldtuneConfig):
 
 def _named_actions(name: str) -> ActionSpace:
     """An existing domain by name, actions taken as they come (existing domains train unnormalised)."""
-    from worldtune.models.cosmos3_domains import RAW_WIDTHS
-
-    if name not in RAW_WIDTHS:
+    dyn = action_dynamics()
+    if name not in dyn.raw_widths:
         raise ConfigError(f"serve.domain = {name!r} is not a Cosmos 3 action domain with a fixed width: choose one "
-                          f"of {sorted(RAW_WIDTHS)}, or give serve.adapter / serve.dataset")
-    domain = resolve_domain(name, None, RAW_WIDTHS[name], "", "serve.domain")
+                          f"of {sorted(dyn.raw_widths)}, or give serve.adapter / serve.dataset")
+    domain = dyn.resolve_domain(name, None, dyn.raw_widths[name], "", "serve.domain")
     return ActionSpace(domain, [f"action_{i}" for i in range(domain.width)])
 
 
@@ -294,13 +293,13 @@ def _adapter_actions(pipe, adapter: str) -> tuple[ActionSpace, dict[str, Any]]:
     """Load a forward-dynamics adapter (LoRA + the domain's action rows) into the model; its action space and
     the facts it was trained with (fps, tier, view point, chunk)."""
     from worldtune.infer.adapters import activate, check_adapter, load_adapters
-    from worldtune.models.cosmos3_actions import load_action_adapter_rows, read_action_info, require_mode
 
-    info = read_action_info(adapter)
-    require_mode(info, "forward_dynamics", adapter)
+    dyn = pipeline_dynamics(pipe)
+    info = dyn.read_adapter_info(adapter)
+    dyn.require_mode(info, "forward_dynamics", adapter)
     lora = check_adapter(adapter, pipe.transformer, "fd")
     load_adapters(pipe.transformer, [lora])
     activate(pipe.transformer, lora, True)
-    domain = load_action_adapter_rows(pipe.transformer, adapter)
+    domain = dyn.load_adapter_rows(pipe.transformer, adapter)
     names = list(info.get("names") or [f"action_{i}" for i in range(domain.width)])
     return ActionSpace(domain, names, str(info.get("normalization") or "none"), info.get("stats")), info
