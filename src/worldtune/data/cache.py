@@ -40,18 +40,12 @@ import torch
 
 from worldtune.atomic import TMP_MARK, atomic_write_bytes, atomic_write_json
 from worldtune.config import ACTION_TASKS
+from worldtune.data.latent_cache import (DTYPES, FORMAT, INDEX, KINDS, VERSION, LatentCache,  # noqa: F401 (re-exported)
+                                         clip_fps, default_cache_dir, locate_keys, prompt_key)
 from worldtune.errors import DatasetError
 from worldtune.lock import OutputLock
 
-FORMAT, VERSION = "worldtune.cache", 1
-INDEX = "index.json"
-KINDS = ("latents", "text", "actions")
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 RowEncoder = Callable[[dict[str, Any]], dict[str, torch.Tensor]]
-
-
-def prompt_key(prompt: str) -> str:
-    return hashlib.sha1(prompt.encode("utf-8")).hexdigest()
 
 
 def cache_key(model_id: str, height: int, width: int, num_frames: int, text_kind: str, max_seq: int,
@@ -68,85 +62,6 @@ def _atomic_save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[st
     from safetensors.torch import save
 
     atomic_write_bytes(path, save({k: v.contiguous().cpu() for k, v in tensors.items()}, metadata=metadata))
-
-
-def _shard_keys(path: Path) -> list[str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as st:
-        return list(st.keys())
-
-
-def locate_keys(root: Path) -> dict[str, dict[str, Path]]:
-    """kind -> {key: shard}: from the merged index for the shards it names, from headers for the rest."""
-    try:
-        index = json.loads((root / INDEX).read_text())
-    except (OSError, ValueError):
-        index = {}
-    where: dict[str, dict[str, Path]] = {k: {} for k in KINDS}
-    for kind in KINDS:
-        files = {p.name: p for p in sorted(root.glob(f"{kind}-*.safetensors"))}
-        listed = {k: n for k, n in (index.get(kind) or {}).items() if n in files}
-        covered = set(listed.values())
-        for name, path in files.items():
-            if name not in covered:
-                where[kind].update(dict.fromkeys(_shard_keys(path), path))
-        where[kind].update({k: files[n] for k, n in listed.items()})
-    return where
-
-
-class LatentCache:
-    """Read access to a cache folder: latents by clip id, text embeddings by prompt."""
-
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
-        info_path = self.root / "info.json"
-        if not info_path.is_file():
-            raise DatasetError(f"{self.root} is not a worldtune cache (no info.json): run `worldtune cache` first")
-        self.info: dict[str, Any] = json.loads(info_path.read_text())
-        if self.info.get("format") != FORMAT or self.info.get("version") != VERSION:
-            raise DatasetError(f"{info_path}: not a {FORMAT} v{VERSION} cache; rebuild it with `worldtune cache`")
-        self._where = locate_keys(self.root)
-
-    @property
-    def clip_ids(self) -> set[str]:
-        return set(self._where["latents"])
-
-    @property
-    def prompt_keys(self) -> set[str]:
-        return set(self._where["text"])
-
-    @property
-    def action_ids(self) -> set[str]:
-        return set(self._where["actions"])
-
-    def _get(self, kind: str, key: str) -> torch.Tensor:
-        from safetensors import safe_open
-
-        try:
-            shard = self._where[kind][key]
-        except KeyError:
-            raise DatasetError(f"{self.root}: no cached {kind} for '{key}'; rerun `worldtune cache`") from None
-        with safe_open(str(shard), framework="pt") as st:
-            return st.get_tensor(key)
-
-    def latents(self, clip_id: str) -> torch.Tensor:
-        return self._get("latents", clip_id)
-
-    def text(self, prompt: str) -> torch.Tensor:
-        return self._get("text", prompt_key(prompt))
-
-    def actions(self, clip_id: str) -> torch.Tensor:
-        return self._get("actions", clip_id)
-
-    def check(self, expect: dict[str, Any]) -> None:
-        """Refuse a cache made for another model or shape, naming what differs and the fix."""
-        for k, v in expect.items():
-            if self.info.get(k) != v:
-                raise DatasetError(
-                    f"cache {self.root} was made with {k}={self.info.get(k)!r} but this run needs {v!r}: "
-                    f"run `worldtune cache` for this model/settings or point train.cache elsewhere"
-                )
 
 
 def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> dict[str, Any]:
@@ -167,15 +82,6 @@ def cache_settings(cfg, dataset_info: dict[str, Any], spec, text_kind: str) -> d
     return dict(model_id=mid, height=h, width=w, num_frames=f, text_kind=text_kind,
                 max_sequence_length=spec.max_sequence_length, **({"fps": fps} if fps is not None else {}), **task,
                 key=cache_key(mid, h, w, f, text_kind, spec.max_sequence_length, fps, task))
-
-
-def clip_fps(dataset_info: dict[str, Any], spec) -> float:
-    """The prepared clips' frame rate (the spec's default for a dataset that does not record one)."""
-    return float(dataset_info.get("fps") or spec.fps)
-
-
-def default_cache_dir(dataset: str | Path, key: str) -> Path:
-    return Path(dataset) / "cache" / key
 
 
 # ------------------------------------------------------------------------------------ writing

@@ -131,7 +131,7 @@ class DynamicsSetup:
 def resolve(cfg, dataset_info: dict[str, Any], dataset: str | Path, spec) -> DynamicsSetup:
     """The action setup of a prepared dataset for this config, or a one-line error: a model without an action
     mode, a dataset prepared without actions, separate camera views, another clip length."""
-    from worldtune.data.cache import clip_fps
+    from worldtune.data.latent_cache import clip_fps
     from worldtune.models.family import action_dynamics
 
     dyn = action_dynamics(spec)  # a model without an action mode: its one-line error first
@@ -236,7 +236,7 @@ def encode_task_texts(pipe, spec, setup: DynamicsSetup, batches: list[list[str]]
     """Cache the action caption ids of every batch of tasks holding one not yet cached; returns how many."""
     from rich.progress import track
 
-    from worldtune.data.cache import prompt_key
+    from worldtune.data.latent_cache import prompt_key
     from worldtune.models.family import action_dynamics
 
     dyn = action_dynamics(spec)

@@ -20,8 +20,8 @@ import torch
 
 from worldtune.errors import DatasetError
 
-if TYPE_CHECKING:  # the reader is handed a cache; data/cache.py imports this module's per-view helpers
-    from worldtune.data.cache import LatentCache
+if TYPE_CHECKING:  # the reader is handed a cache
+    from worldtune.data.latent_cache import LatentCache
 
 
 def view_key(clip_id: str, role: str) -> str:
