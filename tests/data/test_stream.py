@@ -84,7 +84,7 @@ def test_streamed_cache_keeps_val_and_preview_clips_and_resumes_after_a_crash(v3
 
 
 def test_training_from_decoded_clips_of_a_streamed_dataset_is_refused(tmp_path):
-    from worldtune.train.trainer import _open_data
+    from worldtune.train.data import open_data as _open_data
 
     (tmp_path / "info.json").write_text(json.dumps({"format": "worldtune.dataset", "layout": {"type": "grid"},
                                                     "num_frames": 9, "streamed": {"keep_clips": "val"}}))

@@ -76,3 +76,31 @@ def peft_state_dict(transformer: torch.nn.Module, state: dict[str, torch.Tensor]
     from peft.utils import get_peft_model_state_dict
 
     return get_peft_model_state_dict(unwrap(transformer), state_dict=state, adapter_name=ADAPTER_NAME)
+
+
+def lora_settings(tc, family, lora: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Adapter settings as trained (`train` config `tc`'s, or a checkpoint's `lora`): alpha and targets resolved;
+    None for full fine-tuning."""
+    if tc.mode == "full":
+        return None
+    lora = lora if lora is not None else tc.lora.model_dump()
+    return {**lora, "alpha": float(lora["alpha"] if lora.get("alpha") is not None else lora["rank"]),
+            "targets": list(lora.get("targets") or family.lora_targets)}
+
+
+def check_same_adapter(source, state: dict[str, Any], tc, family) -> None:
+    """Adapter weights trained at one rank, alpha (scale) or set of targets cannot continue under others: a
+    one-line error when checkpoint `source` (its saved `state`) was trained with other settings than `tc`."""
+    from worldtune.errors import CheckpointError
+
+    if tc.mode == "full":
+        return
+    old = ((state.get("config") or {}).get("train") or {}).get("lora")
+    if old is None:
+        return
+    old, new = lora_settings(tc, family, old), lora_settings(tc, family)
+    changed = [f"{k} {old.get(k)!r} -> {new[k]!r}" for k in ("rank", "alpha", "targets", "init")
+               if old.get(k) != new[k]]
+    if changed:
+        raise CheckpointError(f"{source} was trained with other adapter settings ({'; '.join(changed)}): resume "
+                              f"with the checkpoint's train.lora settings, or start a new train.out")

@@ -298,3 +298,81 @@ class CheckpointManager:
             out["ema"] = read("ema.safetensors", lambda f: load_file(str(f)))
         return out
 
+
+
+# ------------------------------------------------------------------------------------ saving and resuming
+def save_sharded(manager: CheckpointManager, step: int, transformer: torch.nn.Module, optimizer,
+                 state: Callable[[], dict[str, Any]], dist) -> Path | None:
+    """A sharded (FSDP) checkpoint: every process writes its shards (DCP) into one folder, which rank 0 commits
+    with the run's `state()`; returns the checkpoint on rank 0."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    tmp = manager.dir / f".tmp-step-{step:08d}"
+    if dist.main:
+        tmp = manager.begin(step)
+    dist.barrier()
+    msd, osd = get_state_dict(transformer, optimizer)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
+    dist.barrier()
+    return manager.commit(tmp, step, state()) if dist.main else None
+
+
+def check_continues(source: Path, state: dict[str, Any], base_fingerprint: str, tc, family) -> None:
+    """A one-line error unless checkpoint `source` (its saved `state`) continues this run: the same base model,
+    `train.mode`, `train.task` and adapter settings."""
+    from worldtune.train.adapters import check_same_adapter
+
+    if state.get("base_fingerprint") != base_fingerprint:
+        raise CheckpointError(f"{source} was trained on another base model (fingerprint {state.get('base_fingerprint')} "
+                              f"!= {base_fingerprint}): resume with the same model.path/name")
+    if state.get("mode") != tc.mode:
+        raise CheckpointError(f"{source} is a {state.get('mode')} checkpoint but train.mode={tc.mode}")
+    if state.get("task", "video") != tc.task:
+        raise CheckpointError(f"{source} is a {state.get('task', 'video')} checkpoint but train.task = "
+                              f"{tc.task}: resume with its task, or start a new train.out")
+    check_same_adapter(source, state, tc, family)
+
+
+def saved_world_size(source: Path) -> int | None:
+    """How many processes wrote a checkpoint (None where its state.json does not say)."""
+    try:
+        return json.loads((Path(source) / "state.json").read_text()).get("world_size")
+    except (OSError, ValueError):
+        return None
+
+
+def load_sharded(source: Path, transformer: torch.nn.Module, optimizer, sharded: bool) -> None:
+    """Load a sharded (FSDP, DCP) checkpoint's model and optimizer state into a sharded run."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    if not sharded:
+        raise CheckpointError(f"{source} is a sharded (FSDP) checkpoint: resume with train.fsdp = true, or "
+                              f"`worldtune export` it to a consolidated transformer first")
+    msd, osd = get_state_dict(transformer, optimizer)
+    state = {"model": msd, "optim": osd}
+    from worldtune.train.dcp_reader import SafeLoadPlanner, safe_reader
+
+    dcp.load(state, checkpoint_id=str(source / "dcp"), storage_reader=safe_reader(source / "dcp"),
+             planner=SafeLoadPlanner())
+    set_state_dict(transformer, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def load_whole(source: Path, ck: dict[str, Any], model: torch.nn.Module, optimizer) -> None:
+    """Copy a whole checkpoint's trainable tensors into `model` and load its optimizer state; a checkpoint that does
+    not fit is damaged (DamagedCheckpointError), one that lacks trainable tensors was made with other settings."""
+    named = dict(model.named_parameters())
+    missing = [k for k in named if named[k].requires_grad and k not in ck["trainable"]]
+    if missing:
+        raise CheckpointError(f"{source} lacks {len(missing)} trainable tensors (e.g. {missing[0]}): it was made "
+                              f"with other adapter settings (train.lora.*)")
+    try:
+        with torch.no_grad():
+            for k, v in ck["trainable"].items():
+                named[k].copy_(v.to(named[k].dtype))
+        optimizer.load_state_dict(ck["optimizer"])
+    except (KeyError, ValueError, RuntimeError, TypeError) as e:
+        raise DamagedCheckpointError(f"{source} does not fit this model's trainable weights or optimizer "
+                                     f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__}): the "
+                                     f"checkpoint is damaged") from None

@@ -10,11 +10,13 @@ checkpoint into these, fusing an adapter into the base weights on request.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from worldtune.atomic import atomic_write_json
 from worldtune.errors import CheckpointError
+from worldtune.train.adapters import unwrap
 
 def save_adapter(out: str | Path, transformer: torch.nn.Module, spec, base_fingerprint: str,
                  state: dict[str, torch.Tensor] | None = None, action: dict | None = None) -> Path:
@@ -54,6 +56,45 @@ def save_consolidated(state: dict[str, torch.Tensor], cfg, out: Path,
         state = {**state, **{f"{name}.{k}": v for k, v in module.state_dict().items()}}
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True, assign=True)
     model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def export_run(out: Path, transformer: torch.nn.Module, cfg, spec, base_fingerprint: str, *,
+               set_aside: dict[str, torch.nn.Module], ema: dict[str, torch.Tensor] | None,
+               action: dict[str, Any] | None, mv, sharded: bool, dist) -> Path | None:
+    """Diffusers files beside the run: LoRA weights with metadata, or a transformer folder.
+
+    Under FSDP every process takes part in gathering the full state dict; rank 0 writes it.
+    """
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(transformer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        result = out / "transformer" if cfg.train.mode == "full" else out
+        if dist.main and cfg.train.mode == "full":
+            save_consolidated(full, cfg, result, set_aside)
+        elif dist.main:
+            save_adapter(out, transformer, spec, base_fingerprint, state=full)
+        dist.barrier()
+        return result
+    if not dist.main:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.train.mode == "full":
+        model = unwrap(transformer)
+        for name, module in set_aside.items():
+            setattr(model, name, module)
+        if ema is not None:
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    p.copy_(ema[n].to(p.dtype))
+        model.save_pretrained(out / "transformer", safe_serialization=True)
+        return out / "transformer"
+    save_adapter(out, transformer, spec, base_fingerprint, action=action)
+    if mv is not None:
+        from worldtune.models.multiview import save_multiview_extras
+
+        save_multiview_extras(out, mv)
     return out
 
 

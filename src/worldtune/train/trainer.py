@@ -3,10 +3,12 @@
 build data -> build model (+ adapters) -> parallelize -> optimizer and schedule -> resume ->
 loop (accumulate, clip, step, log, validate, checkpoint, obey preemption) -> export.
 
-Runs as one process or under torchrun / accelerate launch / SLURM (env rendezvous: RANK,
-WORLD_SIZE, LOCAL_RANK, MASTER_ADDR). Each process takes its slice of every global batch, and
-every sample's noise is seeded by its global position, so N processes follow the same loss
-trajectory as one process with the same global batch.
+Runs as one process or under torchrun / accelerate launch / SLURM (train/distributed.py). Each
+process takes its slice of every global batch, and every sample's noise is seeded by its global
+position, so N processes follow the same loss trajectory as one process with the same global batch.
+
+Its parts live beside it, one concept a module: data.py (what a run reads), action_task.py (what an
+action task adds), activation_checkpointing.py, checkpoint.py (saving, resuming), metrics.py, export.py.
 """
 
 from __future__ import annotations
@@ -21,209 +23,32 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
-import torch.distributed as dist
 import typer
 
-from worldtune.atomic import append_jsonl, atomic_write_json, atomic_write_text, rewrite_jsonl
+from worldtune.atomic import append_jsonl, atomic_write_json, atomic_write_text
 from worldtune.config import ACTION_TASKS, WorldtuneConfig, dump_config
-from worldtune.console import duration, is_terminal, plain, summary_table
+from worldtune.console import is_terminal, plain, summary_table
+from worldtune.data.dataset import ShardedSampler
+from worldtune.data.frame_size import check_model_frame_size
 from worldtune.errors import CheckpointError, ConfigError, DatasetError
-from worldtune.train.adapters import (
-    apply_training_mode, trainable_state_dict, unwrap)
 from worldtune.lock import OutputLock
 from worldtune.models.family import family_of
 from worldtune.models.speed import repeated_blocks
-from worldtune.train.export import save_adapter, save_consolidated
-from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
-from worldtune.train.preemption import PREEMPTION, REQUEUE_EXIT_CODE
-from worldtune.data.dataset import ShardedSampler
-from worldtune.data.frame_size import check_model_frame_size
-from worldtune.train.action_flow import action_loss, clean_frames, draw_modes, prepare_actions
+from worldtune.train.action_task import ActionTask
+from worldtune.train.activation_checkpointing import apply_checkpointing, choose_checkpointing
+from worldtune.train.adapters import apply_training_mode, lora_settings, trainable_state_dict
+from worldtune.train.checkpoint import (CheckpointManager, DamagedCheckpointError, check_continues, load_sharded,
+                                        load_whole, save_sharded, saved_world_size, set_rng_state)
+from worldtune.train.data import cache_available, open_data
+from worldtune.train.distributed import Dist, shard_fsdp2
+from worldtune.train.export import export_run
 from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed
+from worldtune.train.metrics import logged_validation, progress_line, trim_metrics
+from worldtune.train.preemption import PREEMPTION, REQUEUE_EXIT_CODE
 from worldtune.train.schedule import lr_multiplier
+from worldtune.train.validation import validation_components
 
 
-# ---------------------------------------------------------------------------------- distributed
-class Dist:
-    """Rank, world size and device from the launcher's environment (nothing set = one process)."""
-
-    def __init__(self) -> None:
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        cuda = torch.cuda.is_available()
-        self.device = torch.device(f"cuda:{self.local_rank}") if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(self.device)
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if cuda else "gloo")
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def mean(self, x: float) -> float:
-        if self.world == 1:
-            return x
-        t = torch.tensor([x], dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
-        dist.all_reduce(t)
-        return float(t.item()) / self.world
-
-    def any(self, flag: bool) -> bool:
-        if self.world == 1:
-            return flag
-        t = torch.tensor([int(flag)], device=self.device if self.device.type == "cuda" else "cpu")
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item())
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
-
-
-# ----------------------------------------------------------------------------------------- data
-def _open_data(cfg: WorldtuneConfig, spec, cache_mode: bool, setup=None):
-    """(cache or None, train set, held-out set, dataset info); `setup` = an action run's data setup."""
-    from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir
-    from worldtune.data.dataset import CachedClips, DecodedClips, read_dataset
-
-    tc = cfg.train
-    info, rows = read_dataset(tc.dataset)
-    if setup is not None:
-        return _open_dynamics_data(cfg, spec, cache_mode, setup, info, rows)
-    if not cache_mode:
-        if (info.get("layout") or {}).get("type") == "separate":
-            raise ConfigError(f"{tc.dataset} has separate camera views: the multi-view model trains from the per-view "
-                              f"cache; run `worldtune cache` first")
-        if (info.get("streamed") or {}).get("keep_clips") == "val":
-            raise ConfigError(f"{tc.dataset} was made by `worldtune prepare --cache`, which keeps only held-out and "
-                              f"preview clips as video: train from its cache (train.cache = \"auto\") or prepare "
-                              f"again without --cache")
-        frames = tc.num_frames or info["num_frames"]
-        return None, DecodedClips(tc.dataset, rows, frames, "train"), DecodedClips(tc.dataset, rows, frames, "val"), info
-    path = Path(tc.cache) if tc.cache not in (None, "auto") else None
-    kinds = family_of(spec).trainable_text_kinds(tc.mode == "full")
-    if path is None:  # the family's preferred kind first (Predict2.5 adapters: the projected embedding)
-        found = [default_cache_dir(tc.dataset, cache_settings(cfg, info, spec, k)["key"]) for k in kinds]
-        path = next((p for p in found if p.is_dir()), found[0])
-    cache = LatentCache(path)
-    if (info.get("layout") or {}).get("type") == "separate":
-        from worldtune.data.multiview_cache import MultiViewCachedClips, dataset_roles
-
-        roles = dataset_roles(info, tc.dataset)
-        sets = MultiViewCachedClips(rows, cache, roles, "train"), MultiViewCachedClips(rows, cache, roles, "val")
-    else:
-        sets = CachedClips(rows, cache, "train"), CachedClips(rows, cache, "val")
-    expect = cache_settings(cfg, info, spec, cache.info["text_kind"])
-    cache.check({k: expect[k] for k in ("model_id", "height", "width", "num_frames")})
-    if cache.info["text_kind"] not in kinds:
-        raise ConfigError(f"cache {path} stores {cache.info['text_kind']} text, which train.mode={tc.mode} cannot use "
-                          f"(full fine-tuning trains the text projection): run `worldtune cache --cache.text raw`")
-    if tc.num_frames not in (None, info["num_frames"]):
-        raise ConfigError(f"train.num_frames={tc.num_frames} differs from the cached clips' {info['num_frames']}: "
-                          f"unset it or train from decoded clips (--train.cache none)")
-    return cache, sets[0], sets[1], info
-
-
-def _open_dynamics_data(cfg: WorldtuneConfig, spec, cache_mode: bool, setup, info, rows):
-    """An action task: decoded clips with their actions, or an action cache made for this setup."""
-    from worldtune.data.cache import LatentCache, cache_settings, default_cache_dir
-    from worldtune.data.dynamics import CACHE_KIND, CachedDynamicsClips, DecodedDynamicsClips
-
-    tc = cfg.train
-    if not cache_mode:
-        if (info.get("streamed") or {}).get("keep_clips") == "val":
-            raise ConfigError(f"{tc.dataset} was made by `worldtune prepare --cache`, which keeps only held-out clips as "
-                              f"video and caches video latents: for train.task = \"{tc.task}\" prepare again without "
-                              f"--cache, then run `worldtune cache` with train.task = \"{tc.task}\"")
-        return (None, DecodedDynamicsClips(tc.dataset, rows, setup, "train"),
-                DecodedDynamicsClips(tc.dataset, rows, setup, "val"), info)
-    kind = family_of(spec).text_kinds[0]
-    path = Path(tc.cache) if tc.cache not in (None, "auto") else default_cache_dir(
-        tc.dataset, cache_settings(cfg, info, spec, kind)["key"])
-    cache = LatentCache(path)
-    if cache.info.get("task") != CACHE_KIND:
-        raise ConfigError(f"cache {path} holds video latents, not an action cache: run `worldtune cache` with "
-                          f"train.task = \"{tc.task}\" (or unset train.cache)")
-    expect = {**cache_settings(cfg, info, spec, cache.info["text_kind"]), **setup.cache_info()}
-    cache.check({k: expect[k] for k in ("model_id", "height", "width", "num_frames", "tier", "view_point",
-                                        "action_normalization", "action_stats")})
-    return cache, CachedDynamicsClips(rows, cache, "train"), CachedDynamicsClips(rows, cache, "val"), info
-
-
-def _cache_available(cfg: WorldtuneConfig, spec) -> bool:
-    if cfg.train.cache is None or str(cfg.train.cache).lower() == "none":
-        return False
-    if cfg.train.cache != "auto":
-        return True
-    from worldtune.data.cache import cache_settings, default_cache_dir
-    from worldtune.data.dataset import read_dataset
-
-    info, _ = read_dataset(cfg.train.dataset)
-    kinds = family_of(spec).trainable_text_kinds(cfg.train.mode == "full")
-    return any(default_cache_dir(cfg.train.dataset, cache_settings(cfg, info, spec, k)["key"]).is_dir() for k in kinds)
-
-
-# ---------------------------------------------------------------------------------- checkpointing
-def choose_checkpointing(setting: str, num_blocks: int, device: torch.device,
-                         per_block_bytes: float | None = None, reserve_bytes: float = 0.0) -> list[int]:
-    """Indices of the blocks to recompute in the backward pass.
-
-    `auto` keeps activations of as many blocks as the GPU's free memory allows (recomputing costs
-    about a third of a step), and checkpoints the rest; on a CPU it checkpoints nothing.
-    """
-    if setting == "off":
-        return []
-    if setting == "all":
-        return list(range(num_blocks))
-    kind, _, arg = setting.partition(":")
-    if kind == "every" and arg.isdigit() and int(arg) > 0:
-        return list(range(0, num_blocks, int(arg)))
-    if kind == "blocks" and arg.isdigit():
-        return list(range(min(int(arg), num_blocks)))
-    if setting == "auto":
-        if device.type != "cuda" or not per_block_bytes:
-            return []
-        free, _ = torch.cuda.mem_get_info(device)
-        budget = 0.80 * (free - reserve_bytes)
-        keep = int(min(num_blocks, max(0, budget // per_block_bytes)))
-        return list(range(num_blocks - keep))
-    raise ConfigError(f"train.grad_checkpointing={setting!r}: use off, all, selective, every:N, blocks:N or auto")
-
-
-def apply_checkpointing(transformer: torch.nn.Module, blocks: list[int]) -> None:
-    """Recompute the chosen blocks in backward; module names (and so state dicts) are unchanged."""
-    from functools import partial
-
-    from torch.utils.checkpoint import checkpoint
-
-    def _ckpt(fwd, *args, **kwargs):
-        if torch.is_grad_enabled():
-            return checkpoint(fwd, *args, use_reentrant=False, **kwargs)
-        return fwd(*args, **kwargs)
-
-    all_blocks = repeated_blocks(transformer)
-    for i in blocks:
-        block = all_blocks[i]
-        block.forward = partial(_ckpt, block.forward)
-
-
-def shard_fsdp2(transformer: torch.nn.Module, param_dtype: torch.dtype | None, cpu_offload: bool):
-    """FSDP2: shard each block, then the root; returns the (now DTensor) trainable parameters."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-
-    kw: dict[str, Any] = {}
-    if param_dtype is not None:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    if cpu_offload:
-        kw["offload_policy"] = CPUOffloadPolicy()
-    for block in repeated_blocks(transformer):
-        fully_shard(block, **kw)
-    fully_shard(transformer, **kw)
-    return [p for p in transformer.parameters() if p.requires_grad]
-
-
-# ------------------------------------------------------------------------------------------ trainer
 class Trainer:
     """One training run, built in named steps (data, model and adapters, speed, parallelism,
     optimizer and schedule, checkpointing) and then driven by `fit`."""
@@ -247,16 +72,11 @@ class Trainer:
     def _build_data(self) -> None:
         """The cached (or decoded) clips, split into train and held-out sets."""
         tc = self.cfg.train
-        self.setup = self.dyn = None  # an action task: the data setup, and the family's interface
-        if tc.task in ACTION_TASKS:
-            from worldtune.data.dataset import read_dataset
-            from worldtune.data.dynamics import resolve
-
-            self.setup = resolve(self.cfg, read_dataset(tc.dataset)[0], tc.dataset, self.spec)
-            self.dyn = self.family.dynamics()
-        self.cache_mode = _cache_available(self.cfg, self.spec)
-        self.cache, self.train_set, self.val_set, self.data_info = _open_data(self.cfg, self.spec, self.cache_mode,
-                                                                              self.setup)
+        self.action = ActionTask(self.cfg, self.spec) if tc.task in ACTION_TASKS else None  # an action task
+        self.setup = self.action.setup if self.action is not None else None
+        self.cache_mode = cache_available(self.cfg, self.spec)
+        self.cache, self.train_set, self.val_set, self.data_info = open_data(self.cfg, self.spec, self.cache_mode,
+                                                                             self.setup)
         if len(self.train_set) == 0:
             raise DatasetError(f"{tc.dataset}: no training clips (split='train'"
                                f"{' with cached latents' if self.cache_mode else ''}); check prepare's report")
@@ -289,12 +109,11 @@ class Trainer:
         # decoded clips: the family's plain kind (the last it lists: raw embeddings, or Cosmos 3's token ids)
         self.text_kind = self.cache.info.get("text_kind", "raw") if self.cache_mode else self.family.text_kinds[-1]
         self._set_aside = self.family.prepare_for_text(self.transformer, self.text_kind)
-        if self.dyn is not None:
-            self.dyn.check_heads(self.transformer)
+        if self.action is not None:
+            self.action.dyn.check_heads(self.transformer)
         self.params = apply_training_mode(self.transformer, tc.mode, tc.lora, self.family)
-        if self.dyn is not None:  # the domain's action-projection rows (input; output if actions are predicted)
-            self.params += self.dyn.train_rows(self.transformer, self.setup.domain.id, self.setup.init_from,
-                                               outputs=self.setup.trains_outputs)
+        if self.action is not None:
+            self.params += self.action.trainable_rows(self.transformer)
         self.mv = None  # the multi-view wrapper, when the dataset keeps camera views separate
         if (self.data_info.get("layout") or {}).get("type") == "separate":
             from worldtune.models.multiview import MultiViewTransformer
@@ -348,10 +167,8 @@ class Trainer:
                                            weight_decay=tc.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_multiplier(s, tc.steps, tc.warmup, tc.f_max, tc.f_min))
-        if self.setup is None:
-            defaults = self.family.objective_defaults(self.data_info["height"], self.data_info["width"])
-        else:  # NVIDIA keys the shift on the padded canvas; the mode fixes the clean frames (first, or all)
-            defaults = {**self.family.objective_defaults(*self.setup.canvas), "cond_frames_probs": ((1, 1.0),)}
+        defaults = (self.family.objective_defaults(self.data_info["height"], self.data_info["width"])
+                    if self.action is None else self.action.objective_defaults(self.family))
         self.objective: FlowMatchingLoss = flow_loss_from_config(tc, defaults)
         self.flops_per_sample = self._flops_per_sample()
 
@@ -363,6 +180,7 @@ class Trainer:
         self._saved: tuple[int, Path | None] = (0, None)  # the step whose state a checkpoint holds (0: none needed)
         self._trackers = None
         self._val_steps: set[int] = set()  # steps whose validation row metrics.jsonl already holds
+        self._val_parts = None  # the VAE and scheduler of validation videos
 
     def _check_settings(self) -> None:
         tc = self.cfg.train
@@ -398,10 +216,8 @@ class Trainer:
     def _encode_text(self, prompts: list[str]) -> torch.Tensor:
         """Text conditioning computed on the fly (training from decoded clips), as the cache would store it
         (forward dynamics: `prompts` are tasks, encoded as the action caption)."""
-        if self.setup is not None:
-            st = self.setup
-            return self.dyn.prompt_ids(self.pipe, prompts, st.chunk, st.canvas, st.fps, st.view_point,
-                                       self.spec.max_sequence_length)
+        if self.action is not None:
+            return self.action.encode_text(self.pipe, prompts)
         frames = self.cfg.train.num_frames or self.data_info["num_frames"]
         return self.family.encode_prompts(self.pipe, prompts, self.text_kind, num_frames=frames,
                                           height=self.data_info["height"], width=self.data_info["width"], fps=self.fps)
@@ -410,13 +226,13 @@ class Trainer:
         """Clean latents, text and (action tasks) normalised action chunks of dataset items, on the device:
         cached, or encoded here as the cache would encode them."""
         dev = self.dist.device
-        actions = torch.stack([it["actions"] for it in items]).to(dev) if self.setup is not None else None
+        actions = torch.stack([it["actions"] for it in items]).to(dev) if self.action is not None else None
         if self.cache_mode:
             x0 = torch.stack([it["latents"] for it in items]).to(dev)
             text = torch.stack([it["text"] for it in items]).to(dev)
             return x0, text, actions
-        if self.setup is not None:
-            x0 = torch.stack([self.dyn.encode_clip(self.pipe, it["frames"], self.setup.tier) for it in items]).to(dev)
+        if self.action is not None:
+            x0 = self.action.encode_clips(self.pipe, items).to(dev)
             return x0, self._encode_text([it["task"] for it in items]).to(dev), actions
         from worldtune.models.latents import encode, frames_to_pixels
 
@@ -451,23 +267,20 @@ class Trainer:
             from worldtune.models.multiview import multiview_flow_batch, unstack_views
 
             fb = multiview_flow_batch(self.objective, unstack_views(x0, self.mv.num_views), seeds, **force)
-        elif self.setup is not None:
-            modes = modes or draw_modes(self.setup.modes, seeds)
-            fb = self.objective.prepare(x0, seeds, **{**force, "num_cond": [clean_frames(m, x0.shape[2]) for m in modes]})
+        elif self.action is not None:
+            fb, modes = self.action.flow_batch(self.objective, x0, seeds, modes, force)
         else:
             fb = self.objective.prepare(x0, seeds, **force)
         dtype = self.amp_dtype if self.amp else next(self.transformer.parameters()).dtype
         ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
         with ctx:
-            if self.setup is None:
+            if self.action is None:
                 pred = self.family.predict(model, fb, text, dtype, self.fps)
             else:
-                chunks = prepare_actions(actions, seeds, fb.sigma, modes)
-                domains = torch.full((x0.shape[0],), self.setup.domain.id, dtype=torch.long, device=x0.device)
-                pred, action_pred = self.dyn.predict(model, fb, text, chunks, domains, dtype, self.fps)
-        if self.setup is None:
+                pred, scored = self.action.predict(model, fb, text, actions, seeds, modes, dtype, self.fps)
+        if self.action is None:
             return self.objective.loss(pred, fb)
-        return self.objective.loss(pred, fb) + action_loss(action_pred, chunks)
+        return self.objective.loss(pred, fb) + self.action.loss(scored)
 
     # ------------------------------------------------------------------ steps
     def train_step(self) -> dict[str, float]:
@@ -514,7 +327,7 @@ class Trainer:
         data = self.val_set if len(self.val_set) else self.train_set
         n = min(len(data), max(1, tc.val_samples))
         self.model.eval()
-        modes = self.setup.modes if self.setup is not None else (None,)
+        modes = self.action.modes if self.action is not None else (None,)
         per: dict[tuple[float, str | None], list[float]] = {(s, m): [] for s in tc.val_sigmas for m in modes}
         for i in range(n):
             x0, text, actions = self._inputs([self._item(data, i)])
@@ -543,12 +356,13 @@ class Trainer:
         data = self.val_set if len(self.val_set) else self.train_set
         if not tc.val_videos or not self.dist.main or self.sharded or self.mv is not None or len(data) == 0:
             return []  # multi-view runs generate through worldtune.infer.multiview
-        if self.setup is not None and "forward_dynamics" not in self.setup.modes:
-            return []  # inverse dynamics generates no video: its held-out action loss is the measure
+        if self.action is not None and not self.action.makes_videos:
+            return []
         from worldtune.data.video import write_video
         from worldtune.models.latents import decode, initial_noise, pixels_to_frames
 
-        vae, scheduler = self._val_components()
+        self._val_parts = self._val_parts or validation_components(self.cfg, self.spec, self.pipe, self.dist.device)
+        vae, scheduler = self._val_parts  # loaded once, never the text encoder
         dev = self.dist.device
         out = self.out / "val" / f"step-{self.step:08d}"
         out.mkdir(parents=True, exist_ok=True)
@@ -560,41 +374,17 @@ class Trainer:
             noise = initial_noise(tc.seed + i, tuple(x0.shape)).to(dev)
             ctx = torch.autocast("cuda", dtype=self.amp_dtype) if self.amp else nullcontext()
             with ctx:
-                if self.setup is None:
+                if self.action is None:
                     lat = self.family.sample_from_first_latent(self.transformer, scheduler, x0, text, noise,
                                                                tc.val_steps, tc.val_guidance, self.fps)
-                else:  # forward dynamics (also under joint): the clip's own actions drive the video
-                    lat = self.dyn.sample(self.transformer, scheduler, x0, text, actions, self.setup.domain.id, noise,
-                                          tc.val_steps, tc.val_guidance, self.fps)
+                else:  # forward dynamics (also under joint)
+                    lat = self.action.sample(self.transformer, scheduler, x0, text, actions, noise, tc.val_steps,
+                                             tc.val_guidance, self.fps)
             frames = pixels_to_frames(decode(vae, lat.to(dev))[0])
             path = out / f"{item['clip_id']}.mp4"
             write_video(path, frames, float(self.fps))
             written.append(path)
         return written
-
-    def _val_components(self):
-        """The VAE and scheduler for validation videos, loaded once (never the text encoder)."""
-        if getattr(self, "_val_cache", None) is None:
-            if self.pipe is not None:
-                self._val_cache = (self.pipe.vae, self.pipe.scheduler)
-            else:
-                from worldtune.models.load import load_pipeline, local_model_path
-
-                root = local_model_path(self.cfg.model.path, self.cfg.model.revision) or (self.cfg.model.name if self.cfg.model.name and Path(self.cfg.model.name).is_dir() else None)
-                if root is not None:
-                    from diffusers import AutoencoderKLWan
-
-                    from worldtune.models.build import build_scheduler
-
-                    vae = AutoencoderKLWan.from_pretrained(root, subfolder="vae", local_files_only=True)
-                    sched_cls = type(build_scheduler(self.spec))
-                    sched = sched_cls.from_pretrained(root, subfolder="scheduler", local_files_only=True)
-                else:
-                    pipe, _ = load_pipeline(self.cfg.model.name, None, seed=self.cfg.model.seed,
-                                             random_weights=self.cfg.model.random_weights)
-                    vae, sched = pipe.vae, pipe.scheduler
-                self._val_cache = (vae.to(self.dist.device), sched)
-        return self._val_cache
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
@@ -607,18 +397,7 @@ class Trainer:
     def save(self) -> Path | None:
         path = None
         if self.sharded:
-            import torch.distributed.checkpoint as dcp
-            from torch.distributed.checkpoint.state_dict import get_state_dict
-
-            tmp = self.ckpt.dir / f".tmp-step-{self.step:08d}"
-            if self.dist.main:
-                tmp = self.ckpt.begin(self.step)
-            self.dist.barrier()
-            msd, osd = get_state_dict(self.transformer, self.optimizer)
-            dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / "dcp"))
-            self.dist.barrier()
-            if self.dist.main:
-                path = self.ckpt.commit(tmp, self.step, self.state())
+            path = save_sharded(self.ckpt, self.step, self.transformer, self.optimizer, self.state, self.dist)
         elif self.dist.main:
             path = self.ckpt.save(self.step, trainable_state_dict(self.mv or self.transformer), self.optimizer.state_dict(),
                                   self.state(), self.ema)
@@ -629,73 +408,19 @@ class Trainer:
     def resume(self, source: Path) -> None:
         ck = CheckpointManager.load(source)
         st = ck["state"]
-        if st.get("base_fingerprint") != self.base_fingerprint:
-            raise CheckpointError(f"{source} was trained on another base model (fingerprint {st.get('base_fingerprint')} "
-                                  f"!= {self.base_fingerprint}): resume with the same model.path/name")
-        if st.get("mode") != self.cfg.train.mode:
-            raise CheckpointError(f"{source} is a {st.get('mode')} checkpoint but train.mode={self.cfg.train.mode}")
-        if st.get("task", "video") != self.cfg.train.task:
-            raise CheckpointError(f"{source} is a {st.get('task', 'video')} checkpoint but train.task = "
-                                  f"{self.cfg.train.task}: resume with its task, or start a new train.out")
-        self._check_same_adapter(source, st)
+        check_continues(source, st, self.base_fingerprint, self.cfg.train, self.family)
         if ck["sharded"]:
-            self._load_sharded(source)
+            load_sharded(source, self.transformer, self.optimizer, self.sharded)
         else:
-            self._load_whole(source, ck)
+            load_whole(source, ck, self.mv or self.transformer, self.optimizer)
+            if self.ema is not None and "ema" in ck:
+                self.ema = {k: v.to(self.dist.device) for k, v in ck["ema"].items()}
         self.scheduler.load_state_dict(st["scheduler"])
         self.sampler.load_state_dict(st["sampler"])
         set_rng_state(ck["rng"])
         self.step = int(st["step"])
         self.ckpt.resumed_from = source
         self._saved = (self.step, source)
-
-    def _check_same_adapter(self, source: Path, st: dict[str, Any]) -> None:
-        """Adapter weights trained at one rank, alpha (scale) or set of targets cannot continue under others."""
-        if self.cfg.train.mode == "full":
-            return
-        old = ((st.get("config") or {}).get("train") or {}).get("lora")
-        if old is None:
-            return
-        old, new = self._lora_settings(old), self._lora_settings()
-        changed = [f"{k} {old.get(k)!r} -> {new[k]!r}" for k in ("rank", "alpha", "targets", "init")
-                   if old.get(k) != new[k]]
-        if changed:
-            raise CheckpointError(f"{source} was trained with other adapter settings ({'; '.join(changed)}): resume "
-                                  f"with the checkpoint's train.lora settings, or start a new train.out")
-
-    def _load_sharded(self, source: Path) -> None:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-        if not self.sharded:
-            raise CheckpointError(f"{source} is a sharded (FSDP) checkpoint: resume with train.fsdp = true, or "
-                                  f"`worldtune export` it to a consolidated transformer first")
-        msd, osd = get_state_dict(self.transformer, self.optimizer)
-        state = {"model": msd, "optim": osd}
-        from worldtune.train.dcp_reader import SafeLoadPlanner, safe_reader
-
-        dcp.load(state, checkpoint_id=str(source / "dcp"), storage_reader=safe_reader(source / "dcp"),
-                 planner=SafeLoadPlanner())
-        set_state_dict(self.transformer, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
-
-    def _load_whole(self, source: Path, ck: dict[str, Any]) -> None:
-        named = dict((self.mv or self.transformer).named_parameters())
-        missing = [k for k in named if named[k].requires_grad and k not in ck["trainable"]]
-        if missing:
-            raise CheckpointError(f"{source} lacks {len(missing)} trainable tensors (e.g. {missing[0]}): it was made "
-                                  f"with other adapter settings (train.lora.*)")
-        try:
-            with torch.no_grad():
-                for k, v in ck["trainable"].items():
-                    named[k].copy_(v.to(named[k].dtype))
-            self.optimizer.load_state_dict(ck["optimizer"])
-        except (KeyError, ValueError, RuntimeError, TypeError) as e:
-            raise DamagedCheckpointError(f"{source} does not fit this model's trainable weights or optimizer "
-                                         f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__}): the "
-                                         f"checkpoint is damaged") from None
-        if self.ema is not None and "ema" in ck:
-            self.ema = {k: v.to(self.dist.device) for k, v in ck["ema"].items()}
 
     # ------------------------------------------------------------------ preemption
     def _stop_while_building(self) -> None:
@@ -736,13 +461,6 @@ class Trainer:
         if self._trackers is not None:
             self._trackers.log(row)
 
-    def _log_line(self, row: dict[str, Any], t_loop: float, steps_run: int) -> None:
-        """The plain progress line of a log file (no terminal, so no rich bar): flushed as it happens."""
-        tc = self.cfg.train
-        per_step = (time.time() - t_loop) / max(1, steps_run)
-        plain(f"step {row['step']}/{tc.steps} loss {row['loss']:.4f} lr {row['lr']:.2e} {row['step_time']:.2f} s/step "
-              f"{row['samples_per_s']:.2f} samples/s ETA {duration(per_step * (tc.steps - row['step']))}")
-
     def _validate_and_log(self) -> dict[str, float]:
         """Held-out loss and videos at this step, logged once (a rerun of a finished run adds no row)."""
         val = self.validate()
@@ -752,18 +470,6 @@ class Trainer:
         if self._trackers is not None:
             self._trackers.videos(self.step, videos)
         return val
-
-    def _trim_metrics(self, step: int) -> None:
-        """After a resume from `step`: drop rows logged past it by the interrupted run (they are
-        recomputed), and remember which steps were validated."""
-        path = self.out / "metrics.jsonl"
-        if not self.dist.main or not path.is_file():
-            return
-        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-        kept = [r for r in rows if r.get("step", 0) <= step]
-        if len(kept) != len(rows):
-            rewrite_jsonl(path, lambda r: isinstance(r, dict) and r.get("step", 0) <= step)
-        self._val_steps = {r["step"] for r in kept if "val_loss" in r}
 
     def _write_run_json(self, status: str, extra: dict[str, Any] | None = None) -> None:
         if not self.dist.main:
@@ -775,17 +481,9 @@ class Trainer:
                "trainable_params": self.n_trainable, "world_size": self.dist.world,
                "device": str(self.dist.device), "cache": self.cache_mode, "text_kind": self.text_kind,
                "checkpointed_blocks": len(self.ckpt_blocks), "speed": self.speed, "dataset": self.cfg.train.dataset,
-               "lora": self._lora_settings(), "objective": dataclasses.asdict(self.objective),
+               "lora": lora_settings(self.cfg.train, self.family), "objective": dataclasses.asdict(self.objective),
                **(extra or {})}
         atomic_write_json(self.out / "run.json", run, default=str)
-
-    def _lora_settings(self, lora: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """Adapter settings as trained (these, or a checkpoint's): alpha and targets resolved."""
-        if self.cfg.train.mode == "full":
-            return None
-        lora = lora if lora is not None else self.cfg.train.lora.model_dump()
-        return {**lora, "alpha": float(lora["alpha"] if lora.get("alpha") is not None else lora["rank"]),
-                "targets": list(lora.get("targets") or self.family.lora_targets)}
 
     def fit(self) -> dict[str, Any]:
         """Train to `train.steps`, holding the run folder's lock (one live run per folder)."""
@@ -811,20 +509,17 @@ class Trainer:
     def _fit(self) -> dict[str, Any]:
         tc = self.cfg.train
         source = self._resume_newest_readable()
+        if self.dist.main and (source is not None or tc.resume == "auto"):  # rows logged past this step are redone
+            self._val_steps = trim_metrics(self.out / "metrics.jsonl", self.step)  # (0: no checkpoint was written)
         if source is not None:
-            before = self._checkpoint_world_size(source)
-            self._trim_metrics(self.step)
+            before = saved_world_size(source)
             if self.dist.main:
                 plain(f"resumed from step {self.step} ({source}), world size "
                       f"{before if before is not None else '?'} -> {self.dist.world}")
-        elif tc.resume == "auto":
-            self._trim_metrics(0)  # an earlier attempt that never checkpointed: its rows are redone
-        elif self.dist.main and (self.out / "metrics.jsonl").exists() and tc.resume is None:
-            if self.ckpt.complete():
+        elif self.dist.main and tc.resume != "auto" and (self.out / "metrics.jsonl").exists():  # a new run
+            if tc.resume is None and self.ckpt.complete():
                 raise CheckpointError(f"{self.out} already holds checkpoints of a run: pass --train.resume auto to "
                                       f"continue it, or choose another train.out")
-            (self.out / "metrics.jsonl").unlink()
-        elif self.dist.main and (self.out / "metrics.jsonl").exists():  # resume asked, nothing to resume from
             (self.out / "metrics.jsonl").unlink()
         if self.dist.main:
             config_toml = dump_config(self.cfg)
@@ -853,7 +548,7 @@ class Trainer:
                     if self.step % tc.log_every == 0 or self.step == tc.steps:
                         self._log(row)
                         if lines:
-                            self._log_line(row, t_start, self.step - start_step)
+                            plain(progress_line(row, tc.steps, (time.time() - t_start) / max(1, self.step - start_step)))
                     if tc.val_every and self.step % tc.val_every == 0 and self.step < tc.steps:
                         val = self._validate_and_log()
                     info = f"loss {row['loss']:.4f} lr {row['lr']:.2e} {row['step_time']:.2f}s/step"
@@ -865,7 +560,7 @@ class Trainer:
                         self.save()
                     self._stop_if_asked()
             if self.step in self._val_steps:  # a rerun of a finished run: its last validation is logged already
-                val = self._logged_validation(self.step)
+                val = logged_validation(self.out / "metrics.jsonl", self.step)
             else:
                 val = self._validate_and_log()
             videos = sorted((self.out / "val" / f"step-{self.step:08d}").glob("*.mp4"))
@@ -883,56 +578,11 @@ class Trainer:
         self._write_run_json("done", {"summary": summary})
         return summary
 
-    def _logged_validation(self, step: int) -> dict[str, float]:
-        rows = [json.loads(x) for x in (self.out / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        row = next(r for r in reversed(rows) if r.get("step") == step and "val_loss" in r)
-        return {k: v for k, v in row.items() if k.startswith("val_loss")}
-
-    def _checkpoint_world_size(self, source: Path) -> int | None:
-        try:
-            return json.loads((Path(source) / "state.json").read_text()).get("world_size")
-        except (OSError, ValueError):
-            return None
-
     def export(self) -> Path | None:
-        """Diffusers files beside the run: LoRA weights with metadata, or a transformer folder.
-
-        Under FSDP every process takes part in gathering the full state dict; rank 0 writes it.
-        """
-        out = self.out / "export"
-        if self.sharded:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-            full = get_model_state_dict(self.transformer, options=StateDictOptions(full_state_dict=True,
-                                                                                     cpu_offload=True))
-            result = out / "transformer" if self.cfg.train.mode == "full" else out
-            if self.dist.main and self.cfg.train.mode == "full":
-                save_consolidated(full, self.cfg, result, self._set_aside)
-            elif self.dist.main:
-                save_adapter(out, self.transformer, self.spec, self.base_fingerprint, state=full)
-            self.dist.barrier()
-            return result
-        if not self.dist.main:
-            return None
-        out.mkdir(parents=True, exist_ok=True)
-        if self.cfg.train.mode == "full":
-            model = unwrap(self.transformer)
-            for name, module in self._set_aside.items():
-                setattr(model, name, module)
-            if self.ema is not None:
-                with torch.no_grad():
-                    for n, p in model.named_parameters():
-                        p.copy_(self.ema[n].to(p.dtype))
-            model.save_pretrained(out / "transformer", safe_serialization=True)
-            return out / "transformer"
-        save_adapter(out, self.transformer, self.spec, self.base_fingerprint,
-                     action=self.setup.info() if self.setup is not None else None)
-        if self.mv is not None:
-            from worldtune.models.multiview import save_multiview_extras
-
-            save_multiview_extras(out, self.mv)
-        return out
-
+        """Diffusers files beside the run: LoRA weights with metadata, or a transformer folder."""
+        return export_run(self.out / "export", self.transformer, self.cfg, self.spec, self.base_fingerprint,
+                          set_aside=self._set_aside, ema=self.ema, action=self.setup.info() if self.setup is not None else None,
+                          mv=self.mv, sharded=self.sharded, dist=self.dist)
 
 def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     """Entry point of `worldtune train`."""
