@@ -1,0 +1,18 @@
+"""The base of every config section, and the checks several sections share."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Section(BaseModel):
+    """Base for config sections: unknown keys are errors (a typo must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _check_4k1(v: int) -> int:
+    if v < 1 or (v - 1) % 4 != 0:
+        lo = max(1, (v - 1) // 4 * 4 + 1)
+        raise ValueError(f"num_frames must be of the form 4k+1 (the VAE compresses time 4x), got {v}; try {lo} or {lo + 4}")
+    return v
