@@ -225,11 +225,15 @@ def seed(ctx: typer.Context, name: str = typer.Argument(..., help="the seed mode
          ship: Optional[str] = typer.Option(None, "--ship", help="where the packed weights go (default: the "
                                             "installed package's seed folder)"),
          budget_s: Optional[float] = typer.Option(None, "--budget-s", help="seconds this call may take: a fresh "
-                                                  "transformer run takes the steps that fit (a probe measures)")
+                                                  "transformer run takes the steps that fit (a probe measures)"),
+         stop_after: Optional[str] = typer.Option(None, "--stop-after", help="end after this step (data, prepare, "
+                                                  "autoencoder, model, cache): e.g. the data and the VAE in one "
+                                                  "call, the transformer in the next")
          ) -> None:
     """Make a seed model from scratch: scene data, prepare, autoencoder, cache, full transformer training,
     packed weights. Extra --section.key VALUE arguments override the recipe's stage settings."""
-    _stage("worldtune.seed")(name, out, overrides=list(ctx.args), ship=ship, budget_s=budget_s)
+    _stage("worldtune.seed")(name, out, overrides=list(ctx.args), ship=ship, budget_s=budget_s,
+                             stop_after=stop_after)
 
 
 @app.command()

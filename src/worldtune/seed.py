@@ -54,9 +54,18 @@ class SeedRecipe:
     batch: int = 32
     lr: float = 1e-3
     warmup: int = 300
+    cond_frames_probs: str = "{0 = 0.2, 1 = 0.6, 2 = 0.2}"  # clean latent frames (text, image and video to world)
+    stage_overrides: tuple[str, ...] = ("--cache.text", "raw")  # what the family's recipe sets beyond the above
 
 
-RECIPES: dict[str, SeedRecipe] = {"seed-predict2.5": SeedRecipe("seed-predict2.5")}
+RECIPES: dict[str, SeedRecipe] = {
+    "seed-predict2.5": SeedRecipe("seed-predict2.5"),
+    # Cosmos 3 with actions from the start: NVIDIA's joint action mode (forward dynamics, inverse dynamics and
+    # policy, one per clip) on the scene robot's actions, in the robot's own embodiment-domain slot.
+    "seed-cosmos3": SeedRecipe(
+        "seed-cosmos3", cond_frames_probs="{1 = 1.0}",
+        stage_overrides=("--prepare.actions.key", "action", "--train.task", "joint")),
+}
 
 
 def recipe_for(name: str) -> SeedRecipe:
@@ -83,15 +92,15 @@ def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = No
         "--autoencoder.steps", str(recipe.vae_steps), "--autoencoder.batch_size", str(recipe.vae_batch),
         "--autoencoder.lr", str(recipe.vae_lr), "--autoencoder.frames", str(recipe.vae_frames), "--autoencoder.val_every", "500", "--autoencoder.log_every", "100",
         "--autoencoder.checkpoint_every", "1000",
-        "--cache.dataset", f"{w}/dataset", "--cache.batch_size", "16", "--cache.text", "raw",
+        "--cache.dataset", f"{w}/dataset", "--cache.batch_size", "16",
         "--train.dataset", f"{w}/dataset", "--train.out", f"{w}/runs/transformer", "--train.mode", "full",
         "--train.steps", str(recipe.steps), "--train.batch_size", str(recipe.batch), "--train.lr", str(recipe.lr),
         "--train.warmup", str(recipe.warmup), "--train.f_max", "1.0", "--train.f_min", "0.05",
-        "--train.ema", "0.999", "--train.cond_frames_probs", "{0 = 0.2, 1 = 0.6, 2 = 0.2}",
+        "--train.ema", "0.999", "--train.cond_frames_probs", recipe.cond_frames_probs,
         "--train.compile", "false", "--train.val_every", "1000", "--train.val_samples", "16",
         "--train.val_videos", "0", "--train.log_every", "50", "--train.checkpoint.every", "1000",
         "--train.checkpoint.keep", "1", "--train.resume", "auto", "--train.tensorboard", "false",
-        *(overrides or []),
+        *recipe.stage_overrides, *(overrides or []),
     ])
 
 
@@ -178,10 +187,14 @@ def fit_steps(cfg: WorldtuneConfig, seconds_left: float, work: Path) -> int:
 
 
 def run(name: str, out: str, overrides: list[str] | None = None, ship: str | None = None,
-        recipe: SeedRecipe | None = None, budget_s: float | None = None) -> dict[str, Any]:
+        recipe: SeedRecipe | None = None, budget_s: float | None = None,
+        stop_after: str | None = None) -> dict[str, Any]:
     """Every step of the recipe that is not done yet; `ship` (default: the package's seed folder) receives the
     packed weights once the transformer is trained. `recipe` replaces the registered one (tests: a small one).
-    `budget_s`: a fresh transformer run takes as many steps as fit in what is left of these seconds."""
+    `budget_s`: a fresh transformer run takes as many steps as fit in what is left of these seconds.
+    `stop_after`: end after that step (one of STEPS before the transformer)."""
+    if stop_after is not None and stop_after not in STEPS:
+        raise ConfigError(f"--stop-after {stop_after}: use one of {', '.join(STEPS)}")
     t_start = time.time()
     from worldtune.cli import _stage as stage_fn
     from worldtune.models.seeds import pack_seed
@@ -200,15 +213,21 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
         finally:
             seconds[label] = round(time.time() - t0, 1)
             plain(f"seed {name}: {label} took {seconds[label]:.0f} s")
+            if label == stop_after:
+                raise _Stop
 
-    step("data", lambda: write_data(recipe, work / "lerobot"))
-    if not (work / "dataset" / "info.json").is_file():
-        step("prepare", lambda: stage_fn("worldtune.data.prepare")(cfg.prepare))
     vae_run = Path(cfg.autoencoder.out)
-    if not _done(vae_run):
-        step("autoencoder", lambda: stage_fn("worldtune.train.autoencoder")(_random_model_cfg(cfg, recipe.spec)))
-    step("model", lambda: assemble_model(recipe, vae_run / "vae", work / "model"))
-    step("cache", lambda: stage_fn("worldtune.data.cache")(cfg))
+    try:
+        step("data", lambda: write_data(recipe, work / "lerobot"))
+        step("prepare", lambda: (work / "dataset" / "info.json").is_file() or stage_fn("worldtune.data.prepare")(
+            cfg.prepare))
+        step("autoencoder", lambda: _done(vae_run) or stage_fn("worldtune.train.autoencoder")(
+            _random_model_cfg(cfg, recipe.spec)))
+        step("model", lambda: assemble_model(recipe, vae_run / "vae", work / "model"))
+        step("cache", lambda: stage_fn("worldtune.data.cache")(cfg))
+    except _Stop:
+        plain(f"seed {name}: stopped after {stop_after}; run the command again to go on")
+        return {"seed": None, "seconds": seconds}
     dit_run = Path(cfg.train.out)
     if not _done(dit_run):
         if budget_s is not None and not (dit_run / "checkpoints").is_dir():
@@ -224,6 +243,13 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
     dest = pack_seed(packed_model, name, provenance(recipe, work, seconds), Path(ship) if ship else None)
     plain(f"seed {name}: weights packed into {dest}")
     return {"seed": str(dest), "seconds": seconds}
+
+
+STEPS = ("data", "prepare", "autoencoder", "model", "cache")  # the steps `stop_after` may name
+
+
+class _Stop(Exception):
+    """`stop_after`'s step is done."""
 
 
 def _random_model_cfg(cfg: WorldtuneConfig, spec: str) -> WorldtuneConfig:

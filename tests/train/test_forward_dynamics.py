@@ -182,5 +182,5 @@ def test_bad_inputs_are_one_line_errors(fd_data, tiny_cosmos3_dir, tiny_model_di
         Trainer(fd_cfg(headless, fd_data, tmp_path / "r3"))
     with pytest.raises(ConfigError, match="exactly the first latent frame"):
         fd_cfg(tiny_cosmos3_dir, fd_data, tmp_path / "r4", "--train.cond_frames_probs", "{0 = 0.5, 1 = 0.5}")
-    with pytest.raises(ConfigError, match="LoRA/DoRA"):
-        fd_cfg(tiny_cosmos3_dir, fd_data, tmp_path / "r5", "--train.mode", "full")
+    with pytest.raises(ConfigError, match="unset train.fsdp"):
+        fd_cfg(tiny_cosmos3_dir, fd_data, tmp_path / "r5", "--train.fsdp", "true")

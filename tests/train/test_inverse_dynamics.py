@@ -207,8 +207,8 @@ def test_bad_inputs_are_one_line_errors(id_run, fd_data, tiny_cosmos3_dir, tmp_p
     from worldtune.models.cosmos3_actions import load_action_adapter_rows
     from worldtune.serve.world import _adapter_actions
 
-    with pytest.raises(ConfigError, match="LoRA/DoRA"):
-        id_cfg(tiny_cosmos3_dir, fd_data, tmp_path / "r1", "--train.mode", "full")
+    with pytest.raises(ConfigError, match="unset train.fsdp"):
+        id_cfg(tiny_cosmos3_dir, fd_data, tmp_path / "r1", "--train.fsdp", "true")
     with pytest.raises(ConfigError, match="fixes the clean frames"):
         id_cfg(tiny_cosmos3_dir, fd_data, tmp_path / "r2", "--train.cond_frames_probs", "{0 = 0.5, 1 = 0.5}")
     # a forward-dynamics run cannot continue as inverse dynamics

@@ -81,7 +81,8 @@ class TrainConfig(Section):
     out: str = Field("demo_out/runs/lora", description="run folder (its name names the exported adapter)")
     mode: Literal["lora", "dora", "full"] = Field("lora", description="what is trained")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="adapter settings")
-    ema: float | None = Field(None, description="EMA decay for full fine-tuning (e.g. 0.999); None = off")
+    ema: float | None = Field(None, description="EMA decay for full fine-tuning (e.g. 0.999; warmed up as "
+                              "(1 + step) / (10 + step) until it reaches it); None = off")
     steps: int = Field(200, description="optimizer steps")
     batch_size: int = Field(1, description="clips per process per micro-batch")
     grad_accum: int = Field(1, description="micro-batches per optimizer step")
@@ -163,9 +164,9 @@ class TrainConfig(Section):
                 raise ValueError(f"train.task = {self.task} fixes the clean frames by mode (exactly the first latent "
                                  "frame, or all of them for inverse dynamics): unset train.cond_frames_probs (or set "
                                  "it to {1 = 1.0})")
-            if self.mode == "full" or self.fsdp:
-                raise ValueError(f"train.task = {self.task} trains LoRA/DoRA adapters with the domain's action "
-                                 "rows on one process or DDP: use train.mode = lora or dora, without train.fsdp")
+            if self.fsdp:
+                raise ValueError(f"train.task = {self.task} trains on one process or DDP (LoRA/DoRA with the "
+                                 "domain's action rows, or full): unset train.fsdp")
         if self.steps <= 0 or self.batch_size <= 0 or self.grad_accum <= 0:
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be > 0")
         return self

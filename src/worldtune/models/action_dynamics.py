@@ -120,6 +120,10 @@ class ActionDynamics:
         """Make one domain's projection rows trainable (the output side too with `outputs`); returns them."""
         raise NotImplementedError
 
+    def train_tables(self, transformer: nn.Module, outputs: bool = False) -> list[nn.Parameter]:
+        """Make the action projections trainable whole, every slot (a model trained from its start)."""
+        raise NotImplementedError
+
     def predict(self, model: nn.Module, batch, text: torch.Tensor, actions, domain_ids: torch.Tensor,
                 dtype: torch.dtype, fps: float | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(video velocity, action velocity) of a noised FlowBatch and ActionBatch, each sample in its mode."""

@@ -220,6 +220,13 @@ def train_domain_rows(transformer: nn.Module, domain_id: int, init_from: int | N
     return params
 
 
+def train_tables(transformer: nn.Module, outputs: bool = False) -> list[nn.Parameter]:
+    """The action tables whole (a model trained from its start: every slot is the model's to learn; only the slots
+    of the data's domains receive gradients)."""
+    return [t.weight.requires_grad_(True)
+            for t in _tables(transformer, INPUT_TABLES + (OUTPUT_TABLES if outputs else ())).values()]
+
+
 def domain_rows_state(transformer: nn.Module) -> dict[str, torch.Tensor]:
     """The trained rows by table name (`action_proj_in.fc.weight`, ...), each [1, width]: what an adapter saves."""
     return {f"{name}.weight": t.parametrizations.weight[0].row.detach()

@@ -141,6 +141,11 @@ class Cosmos3Dynamics(ActionDynamics):
 
         return train_domain_rows(transformer, domain_id, init_from, outputs)
 
+    def train_tables(self, transformer: nn.Module, outputs: bool = False) -> list[nn.Parameter]:
+        from worldtune.models.cosmos3_actions import train_tables
+
+        return train_tables(transformer, outputs)
+
     def predict(self, model: nn.Module, batch, text: torch.Tensor, actions, domain_ids: torch.Tensor,
                 dtype: torch.dtype, fps: float | None) -> tuple[torch.Tensor, torch.Tensor]:
         from worldtune.models.cosmos3_actions import predict_dynamics

@@ -134,6 +134,12 @@ _TINY_COSMOS3: dict[str, Any] = {
     **_COSMOS3_EDGE, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
     "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 320, "rope_axes_dim": [4, 2, 2], "action_dim": 16,
 }  # all 32 embodiment-domain slots, as the real models: existing domains (droid_lerobot = 8) and free slots
+# Seed Cosmos 3 (trained from scratch by `worldtune seed`): the Edge structure (both towers, relu2 MLP, the action
+# heads of 32 embodiment-domain slots) at 6 layers x 192 wide; the tiny byte-level tokenizer's vocabulary.
+_SEED_COSMOS3: dict[str, Any] = {
+    **_COSMOS3_EDGE, "hidden_size": 192, "intermediate_size": 768, "num_hidden_layers": 6, "num_attention_heads": 6,
+    "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 320, "rope_axes_dim": [8, 4, 4], "action_dim": 16,
+}
 # Wan2.2 VAE (48 channels, 16x spatial / 4x temporal), as diffusers' convert_wan_to_diffusers.py writes it;
 # its latents_mean / latents_std (48 values each) come with the checkpoint and are only needed to decode
 # real latents, so the real-size random build uses neutral statistics.
@@ -143,6 +149,8 @@ _WAN22_VAE: dict[str, Any] = {
     "latents_mean": [0.0] * 48, "latents_std": [1.0] * 48,
 }
 _TINY_WAN22_VAE: dict[str, Any] = {**_WAN22_VAE, "base_dim": 8, "decoder_base_dim": 8, "dim_mult": [1, 1, 1, 1],
+                                   "num_res_blocks": 1}
+_SEED_WAN22_VAE: dict[str, Any] = {**_WAN22_VAE, "base_dim": 16, "decoder_base_dim": 24, "dim_mult": [1, 2, 4, 4],
                                    "num_res_blocks": 1}
 # Flow-matching UniPC with the shift diffusers' Cosmos 3 docs use for video (flow_shift 10, no Karras sigmas).
 _UNIPC_COSMOS3: dict[str, Any] = {"use_flow_sigmas": True, "prediction_type": "flow_prediction", "flow_shift": 10.0,
@@ -238,6 +246,14 @@ SPECS: dict[str, ModelSpec] = {
             scheduler=_UNIPC_COSMOS3, height=720, width=1280, num_frames=93, fps=24,  # yaml resolution '720'
             max_sequence_length=2050, lora_targets=COSMOS3_LORA_TARGETS,
             description="NVIDIA Cosmos3-Nano (~16B: two Qwen3-VL-8B-sized towers, Wan2.2 VAE)",
+        ),
+        ModelSpec(
+            name="seed-cosmos3", family="cosmos3", pipeline_class="Cosmos3OmniPipeline", text_encoder_kind="tokens",
+            transformer=_SEED_COSMOS3, vae=_SEED_WAN22_VAE, text_encoder={}, scheduler_class="UniPCMultistepScheduler",
+            scheduler=_UNIPC_COSMOS3, height=128, width=224, num_frames=17, fps=15, max_sequence_length=1024,
+            lora_targets=COSMOS3_LORA_TARGETS, tiny=True, weights="seed-cosmos3",
+            description="Seed Cosmos 3 trained by worldtune on its synthetic robot scene, with actions (forward and "
+                        "inverse dynamics): real classes, small; see docs/models.md",
         ),
         ModelSpec(
             name="tiny-cosmos3", family="cosmos3", pipeline_class="Cosmos3OmniPipeline", text_encoder_kind="tokens",

@@ -46,9 +46,12 @@ class ActionTask:
         """NVIDIA keys the shift on the padded canvas; the mode fixes the clean frames (first, or all)."""
         return {**family.objective_defaults(*self.setup.canvas), "cond_frames_probs": ((1, 1.0),)}
 
-    def trainable_rows(self, transformer: torch.nn.Module) -> list[torch.nn.Parameter]:
-        """The domain's action-projection rows (input; output if actions are predicted)."""
+    def trainable_rows(self, transformer: torch.nn.Module, full: bool = False) -> list[torch.nn.Parameter]:
+        """The domain's action-projection rows (input; output if actions are predicted); with `full` (a model
+        trained from its start) the projection tables whole."""
         st = self.setup
+        if full:
+            return self.dyn.train_tables(transformer, outputs=st.trains_outputs)
         return self.dyn.train_rows(transformer, st.domain.id, st.init_from, outputs=st.trains_outputs)
 
     def encode_text(self, pipe, tasks: list[str]) -> torch.Tensor:

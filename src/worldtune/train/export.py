@@ -126,7 +126,7 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
         raise CheckpointError(f"{source}: the base model at model.path/name is not the one it was trained on")
     apply_training_mode(transformer, cfg.train.mode, cfg.train.lora, family_of(spec))
     action = ck["state"].get("action")  # an action run: its domain's rows are trained weights too
-    if action is not None:
+    if action is not None and cfg.train.mode != "full":  # a full run trains the whole tables
         family_of(spec).dynamics().train_rows(transformer, int(action["domain"]["id"]), None,
                                               outputs=predicts_actions(action.get("task")))
     named = dict(transformer.named_parameters())

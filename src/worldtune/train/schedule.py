@@ -14,3 +14,9 @@ def lr_multiplier(step: int, total: int, warmup: int, f_max: float, f_min: float
     span = max(total - warmup, 1)
     frac = min(max(step - warmup, 0) / span, 1.0)
     return f_max + (f_min - f_max) * frac
+
+
+def ema_decay(decay: float, step: int) -> float:
+    """The EMA's decay after `step` optimizer steps, warmed up as (1 + step) / (10 + step) (diffusers' EMAModel):
+    a fixed 0.999 would keep 55 % of the random start in the average after 600 steps."""
+    return min(decay, (1 + step) / (10 + step))

@@ -45,7 +45,7 @@ from worldtune.train.export import export_run
 from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed
 from worldtune.train.metrics import logged_validation, progress_line, trim_metrics
 from worldtune.train.preemption import PREEMPTION, REQUEUE_EXIT_CODE
-from worldtune.train.schedule import lr_multiplier
+from worldtune.train.schedule import ema_decay, lr_multiplier
 from worldtune.train.validation import validation_components
 
 
@@ -113,7 +113,7 @@ class Trainer:
             self.action.dyn.check_heads(self.transformer)
         self.params = apply_training_mode(self.transformer, tc.mode, tc.lora, self.family)
         if self.action is not None:
-            self.params += self.action.trainable_rows(self.transformer)
+            self.params += self.action.trainable_rows(self.transformer, full=tc.mode == "full")
         self.mv = None  # the multi-view wrapper, when the dataset keeps camera views separate
         if (self.data_info.get("layout") or {}).get("type") == "separate":
             from worldtune.models.multiview import MultiViewTransformer
@@ -306,7 +306,7 @@ class Trainer:
         if self.ema is not None:
             with torch.no_grad():
                 for n, p in self.transformer.named_parameters():
-                    self.ema[n].lerp_(p.detach().float(), 1 - tc.ema)
+                    self.ema[n].lerp_(p.detach().float(), 1 - ema_decay(tc.ema, self.step))
         self.step += 1
         if self.dist.device.type == "cuda":
             torch.cuda.synchronize()

@@ -1,0 +1,47 @@
+"""`worldtune seed` end to end with a small recipe: it stops where asked and resumes, trains Cosmos 3 with actions,
+and packs weights that load back into the registry's classes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from worldtune.errors import ConfigError
+from worldtune.seed import recipe_for, run
+
+SMALL = ["--prepare.workers", "1", "--autoencoder.val_every", "2", "--autoencoder.batch_size", "1",
+         "--autoencoder.frames", "5", "--train.val_every", "0", "--train.val_samples", "1", "--cache.dtype", "fp32"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("domain_tables")
+def test_seed_cosmos3_recipe_stops_resumes_and_packs_loadable_weights(tmp_path, monkeypatch):
+    import worldtune.models.seeds as seeds
+    from worldtune.models.load import init_model_dir
+    from safetensors.torch import load_file
+
+    recipe = dataclasses.replace(recipe_for("seed-cosmos3"), episodes=4, camera_height=96, camera_width=160,
+                                 vae_steps=2, steps=3, batch=1, warmup=1)
+    with pytest.raises(ConfigError, match="--stop-after"):
+        run("seed-cosmos3", str(tmp_path / "w"), SMALL, recipe=recipe, stop_after="transformer")
+    first = run("seed-cosmos3", str(tmp_path / "w"), SMALL, recipe=recipe, stop_after="autoencoder")
+    assert first["seed"] is None and set(first["seconds"]) == {"data", "prepare", "autoencoder"}
+    assert not (tmp_path / "w" / "model").exists()
+    ship = tmp_path / "seeds" / "seed-cosmos3"
+    done = run("seed-cosmos3", str(tmp_path / "w"), SMALL, recipe=recipe, ship=str(ship))
+    assert done["seconds"]["autoencoder"] < 5  # resumed: the finished autoencoder is not trained again
+    manifest = json.loads((ship / "seed.json").read_text())
+    assert manifest["transformer"]["steps"] == 3 and manifest["recipe"]["stage_overrides"][-1] == "joint"
+    run_cfg = json.loads((tmp_path / "w" / "runs" / "transformer" / "run.json").read_text())
+    assert (run_cfg["task"], run_cfg["mode"]) == ("joint", "full")
+
+    monkeypatch.setattr(seeds, "SEEDS_DIR", tmp_path / "seeds")
+    folder = init_model_dir("seed-cosmos3", tmp_path / "model")
+    from diffusers import Cosmos3OmniTransformer
+
+    loaded = Cosmos3OmniTransformer.from_pretrained(folder / "transformer")
+    packed = load_file(str(ship / "transformer.safetensors"))
+    assert all(torch.equal(p.half(), packed[n]) for n, p in loaded.named_parameters())
