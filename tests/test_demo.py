@@ -105,3 +105,21 @@ def test_seed_demo_shows_post_training_learning(tmp_path):
     # the adapter learned the held-out task: its training loss fell
     run = json.loads((out / "runs" / "lora" / "run.json").read_text())["summary"]
     assert run["last_loss"] < 0.7 * run["first_loss"], run
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("domain_tables")
+def test_action_demo_post_trains_forward_dynamics_and_labels_its_videos_back(tmp_path):
+    """`worldtune demo --actions` on tiny-cosmos3 (random: plumbing, not learning): a forward-dynamics adapter, both
+    models under own and other actions, the closed-loop table with the IDM's ceiling on the real clips."""
+    from worldtune.demo import run
+
+    out = tmp_path / "fd"
+    run(str(out), steps=10, model="tiny-cosmos3", actions=True)
+    assert json.loads((out / "runs" / "lora" / "run.json").read_text())["task"] == "forward_dynamics"
+    results = json.loads((out / "eval" / "results.json").read_text())
+    assert {"base", "fd", "base+other_actions", "fd+other_actions"} <= set(results["models"])
+    assert "action_sensitivity" in results["models"]["fd"]
+    closed = results["closed_loop"]["models"]
+    assert closed["real clip"]["nmse"] < 0.5 < closed["fd"]["nmse"]  # random weights follow no action
+    assert "Closed-loop action consistency" in (out / "report" / "report.html").read_text()

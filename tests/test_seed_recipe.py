@@ -34,7 +34,7 @@ def test_seed_cosmos3_recipe_stops_resumes_and_packs_loadable_weights(tmp_path, 
     done = run("seed-cosmos3", str(tmp_path / "w"), SMALL, recipe=recipe, ship=str(ship))
     assert done["seconds"]["autoencoder"] < 5  # resumed: the finished autoencoder is not trained again
     manifest = json.loads((ship / "seed.json").read_text())
-    assert manifest["transformer"]["steps"] == 3 and manifest["recipe"]["stage_overrides"][-1] == "joint"
+    assert manifest["transformer"]["steps"] == 3 and manifest["recipe"]["actions"]
     run_cfg = json.loads((tmp_path / "w" / "runs" / "transformer" / "run.json").read_text())
     assert (run_cfg["task"], run_cfg["mode"]) == ("joint", "full")
 

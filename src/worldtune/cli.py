@@ -213,9 +213,15 @@ def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every
                                              "(the first step of configs/demo.toml)"),
          model: str = typer.Option("seed-predict2.5", "--model",
                                    help="the model to run the stages with: seed-predict2.5 (trained on the synthetic "
-                                        "scene), or a tiny random one: tiny-predict2.5, tiny-cosmos3")) -> None:
+                                        "scene), or a tiny random one: tiny-predict2.5, tiny-cosmos3"),
+         actions: Optional[bool] = typer.Option(None, "--actions/--no-actions",
+                                                help="forward dynamics on the robot's actions (a Cosmos 3 model): "
+                                                     "post-training, own vs another episode's actions, the videos "
+                                                     "labelled back by the IDM (default: on for a seed model made "
+                                                     "with actions)")) -> None:
     """Run every stage end to end on a small model: by default the seed model trained on the synthetic scene."""
-    _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data, model=model)
+    _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data, model=model,
+                             actions=actions)
 
 
 @app.command(context_settings=_STAGE_CTX)

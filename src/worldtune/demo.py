@@ -65,8 +65,30 @@ def demo_data(model: str) -> dict[str, Any]:
     return {"episodes": 30, "height": r.camera_height, "width": r.camera_width, "targets": r.held_out}
 
 
-def demo_config(out: Path, steps: int, model: str = "tiny-predict2.5") -> WorldtuneConfig:
-    """The demo recipe (configs/demo.toml): 17-frame grid clips of the model's size."""
+def trains_actions(model: str) -> bool:
+    """Whether the demo of `model` is the action one by default: a seed model made with the robot's actions."""
+    from worldtune.models.registry import get_spec
+
+    if not get_spec(model).weights:
+        return False
+    from worldtune.seed import recipe_for
+
+    return recipe_for(model).actions
+
+
+def action_overrides(out: Path) -> list[str]:
+    """The action demo: clips with the robot's actions, a forward-dynamics adapter, and `evaluate.mode = actions`
+    (the held-out clips' own and another episode's actions, labelled back by the demo's IDM)."""
+    o = str(out)
+    return ["--prepare.actions.key", "action", "--train.task", "forward_dynamics", "--evaluate.mode", "actions",
+            "--evaluate.metrics", '["pixels", "sampson_temporal"]', "--evaluate.actions.dataset", f"{o}/dataset",
+            "--evaluate.actions.adapters", f'[{{path = "{o}/runs/lora/export", name = "fd"}}]',
+            "--evaluate.actions.steps", "8", "--evaluate.actions.idm", f"{o}/runs/idm"]
+
+
+def demo_config(out: Path, steps: int, model: str = "tiny-predict2.5", actions: bool = False) -> WorldtuneConfig:
+    """The demo recipe (configs/demo.toml): 17-frame grid clips of the model's size; with `actions`, forward
+    dynamics on the robot's actions instead of text-and-image to video."""
     o = str(out)
     return load_config(None, [
         "--model.path", f"{o}/model",
@@ -83,7 +105,7 @@ def demo_config(out: Path, steps: int, model: str = "tiny-predict2.5") -> Worldt
         "--idm.dataset", f"{o}/lerobot", "--idm.out", f"{o}/runs/idm", "--idm.steps", "200", "--idm.resume", "auto",
         "--trajectories.generations", f"{o}/generations", "--trajectories.idm", f"{o}/runs/idm",
         "--trajectories.evaluation", f"{o}/eval", "--trajectories.out", f"{o}/trajectories",
-        *model_overrides(model),
+        *model_overrides(model), *(action_overrides(out) if actions else []),
     ])
 
 
@@ -113,9 +135,11 @@ def _stage(name: str, fn: Callable[[], Any], timings: dict[str, float], notes: d
 
 
 def run(out: str = "demo_out", steps: int | None = None, compare_views: bool = False, only_data: bool = False,
-        model: str = DEFAULT_MODEL) -> dict[str, Any]:
+        model: str = DEFAULT_MODEL, actions: bool | None = None) -> dict[str, Any]:
     """`worldtune demo`; with `only_data`, write only the synthetic dataset and the tiny model (the
-    inputs of configs/demo.toml's commands) and stop. `model`: a tiny spec of any family."""
+    inputs of configs/demo.toml's commands) and stop. `model`: a tiny spec of any family. `actions` (default: a
+    seed model made with actions): forward-dynamics post-training, scored under own and other actions and
+    labelled back by the IDM, instead of generation from text and a first frame."""
     from worldtune.errors import ConfigError
     from worldtune.models.registry import get_spec
 
@@ -129,7 +153,10 @@ def run(out: str = "demo_out", steps: int | None = None, compare_views: bool = F
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     steps = steps or default_steps(model)
-    cfg = demo_config(root, steps, model)
+    actions = trains_actions(model) if actions is None else actions
+    if actions and compare_views:
+        raise ConfigError("--compare-views compares video models; run it without --actions")
+    cfg = demo_config(root, steps, model, actions)
     timings: dict[str, float] = {}
     notes: dict[str, str] = {}
     t_all = time.time()
@@ -147,11 +174,15 @@ def run(out: str = "demo_out", steps: int | None = None, compare_views: bool = F
     summary = _stage("train", lambda: stage_fn("worldtune.train.trainer")(cfg), timings, notes) or {}
     plot = Path(cfg.train.out) / "loss.png"
     export = summary.get("export")
-    _stage("generate", lambda: stage_fn("worldtune.infer.generate")(cfg), timings, notes)
-    _stage("evaluate", lambda: stage_fn("worldtune.eval.evaluate")(cfg.evaluate), timings, notes)
-    _stage("idm", lambda: stage_fn("worldtune.idm.train")(cfg), timings, notes)
-    shutil.rmtree(cfg.trajectories.out, ignore_errors=True)  # the demo rewrites its dataset on every run
-    _stage("trajectories", lambda: stage_fn("worldtune.trajectories")(cfg), timings, notes)
+    if actions:  # the IDM first: evaluation labels the forward-dynamics videos back with it
+        _stage("idm", lambda: stage_fn("worldtune.idm.train")(cfg), timings, notes)
+        _stage("evaluate", lambda: stage_fn("worldtune.eval.evaluate")(cfg), timings, notes)
+    else:
+        _stage("generate", lambda: stage_fn("worldtune.infer.generate")(cfg), timings, notes)
+        _stage("evaluate", lambda: stage_fn("worldtune.eval.evaluate")(cfg.evaluate), timings, notes)
+        _stage("idm", lambda: stage_fn("worldtune.idm.train")(cfg), timings, notes)
+        shutil.rmtree(cfg.trajectories.out, ignore_errors=True)  # the demo rewrites its dataset on every run
+        _stage("trajectories", lambda: stage_fn("worldtune.trajectories")(cfg), timings, notes)
     _stage("report", lambda: stage_fn("worldtune.eval.report")(cfg.report), timings, notes)
     if compare_views:
         from worldtune.compare import run as compare

@@ -55,6 +55,7 @@ class SeedRecipe:
     lr: float = 1e-3
     warmup: int = 300
     cond_frames_probs: str = "{0 = 0.2, 1 = 0.6, 2 = 0.2}"  # clean latent frames (text, image and video to world)
+    actions: bool = False  # trained with the robot's actions (NVIDIA's joint action mode); the demo post-trains them
     stage_overrides: tuple[str, ...] = ("--cache.text", "raw")  # what the family's recipe sets beyond the above
 
 
@@ -63,8 +64,7 @@ RECIPES: dict[str, SeedRecipe] = {
     # Cosmos 3 with actions from the start: NVIDIA's joint action mode (forward dynamics, inverse dynamics and
     # policy, one per clip) on the scene robot's actions, in the robot's own embodiment-domain slot.
     "seed-cosmos3": SeedRecipe(
-        "seed-cosmos3", cond_frames_probs="{1 = 1.0}",
-        stage_overrides=("--prepare.actions.key", "action", "--train.task", "joint")),
+        "seed-cosmos3", cond_frames_probs="{1 = 1.0}", actions=True, stage_overrides=()),
 }
 
 
@@ -100,6 +100,7 @@ def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = No
         "--train.compile", "false", "--train.val_every", "1000", "--train.val_samples", "16",
         "--train.val_videos", "0", "--train.log_every", "50", "--train.checkpoint.every", "1000",
         "--train.checkpoint.keep", "1", "--train.resume", "auto", "--train.tensorboard", "false",
+        *(("--prepare.actions.key", "action", "--train.task", "joint") if recipe.actions else ()),
         *recipe.stage_overrides, *(overrides or []),
     ])
 

@@ -538,6 +538,7 @@ def run(cfg: Any) -> dict[str, Any]:
         from worldtune.eval.dynamics import generate_under_actions
 
         folders = [str(generate_under_actions(whole))]
+    closed = _closed_loop(cfg, Path(folders[0])) if cfg.mode == "actions" and cfg.actions.idm else None
     entries, runs = collect_entries(folders, cfg.max_videos)
     if not entries:
         raise EvaluationError(f"no videos in {cfg.runs}: the generation folders' generations.jsonl are empty")
@@ -574,6 +575,7 @@ def run(cfg: Any) -> dict[str, Any]:
             "sampson": _sampson_summary(entries, {e.key: sampson[same[e.key]] for e in entries
                                                   if same[e.key] in sampson}, sampson_metrics),
             "files": {"videos": "videos.jsonl", "csv": "videos.csv"}, "seconds": round(time.time() - t0, 2),
+            **({"closed_loop": closed} if closed else {}),
         }
         write_rows(out, rows, metrics)
         _write_json(out / "results.json", results)
@@ -586,6 +588,10 @@ def run(cfg: Any) -> dict[str, Any]:
         judged, judge_status = {}, {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
     results = finish(judge_status, judged)
     print_summary(results)
+    if closed:
+        from worldtune.eval.closed_loop import print_table
+
+        print_table(closed)
     counts = judge_status.get("counts") or {}
     if judge_status.get("status") == "failed" or (counts and all(
             c["ok"] + c["cached"] + c["parse_failed"] == 0 and c["error"] > 0 for c in counts.values())):
@@ -593,6 +599,15 @@ def run(cfg: Any) -> dict[str, Any]:
         raise EvaluationError(f"every judge request failed (first: {first}); the other metrics are in "
                               f"{out / 'results.json'}; check evaluate.judge_endpoint")
     return results
+
+
+def _closed_loop(cfg: Any, generations: Path) -> dict[str, Any]:
+    """The actions-mode videos labelled back by evaluate.actions.idm (worldtune.eval.closed_loop)."""
+    from worldtune.eval.closed_loop import run as closed_loop
+    from worldtune.console import plain
+
+    plain(f"closed-loop action consistency: labelling {generations} with {cfg.actions.idm}")
+    return closed_loop(generations, Path(cfg.actions.dataset), cfg.actions.idm, cfg.actions.device)
 
 
 def _write_json(path: Path, obj: Any) -> None:

@@ -324,7 +324,7 @@ def _metrics_table_html(results: dict[str, Any]) -> str:
                   f"[95 % CI over inputs], win rate, n pairs; hover an empty cell for the reason; a baseline's row "
                   f"below 0 (above 0 for ↓ metrics) means the base model beats it</p>"
                   f"<table><tr><th>model</th>{head}</tr>{''.join(deltas)}</table>")
-    return table + _sensitivity_html(results) + _views_html(results)
+    return table + _sensitivity_html(results) + _closed_loop_html(results) + _views_html(results)
 
 
 SENSITIVITY_NOTE = ("the same model, clip, first frame and seed, driven by the clip's own actions minus driven by "
@@ -349,6 +349,20 @@ def _sensitivity_html(results: dict[str, Any]) -> str:
     head = "".join(f"<th>{html.escape(m)} {'↓' if m in lower else '↑'}</th>" for m in metrics)
     return (f"<h3>Action sensitivity: own actions − another episode's actions</h3><p>{SENSITIVITY_NOTE}.</p>"
             f"<table><tr><th>model</th><th>view</th>{head}</tr>{''.join(rows)}</table>")
+
+
+def _closed_loop_html(results: dict[str, Any]) -> str:
+    """Closed-loop action consistency (evaluate.actions.idm): generated videos labelled back."""
+    from worldtune.eval.closed_loop import NOTE, rows_for_display
+
+    closed = results.get("closed_loop")
+    if not closed:
+        return ""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows_for_display(closed))
+    return (f"<h3>Closed-loop action consistency ({html.escape(closed['labeller']['kind'])} labeller)</h3>"
+            f"<p>{html.escape(NOTE)}.</p><table><tr><th>model</th><th>normalised MSE [95 % CI]</th>"
+            f"<th>videos / inputs</th><th>worst entries</th></tr>{body}</table>")
 
 
 def _views_html(results: dict[str, Any]) -> str:

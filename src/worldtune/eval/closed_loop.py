@@ -1,0 +1,158 @@
+"""Closed-loop action consistency: do the actions read off a generated video match the actions that made it?
+
+`evaluate.mode = "actions"` makes every video under a known action chunk (the clip's own, or another episode's;
+worldtune.eval.dynamics). Label each video back with an inverse-dynamics labeller and compare the labels with that
+chunk, entry by entry. It says two things at once: whether the world model's motion follows its actions closely
+enough for a labeller to recover them, and whether labels that a labeller writes for generated videos (the
+trajectories stage) can be trusted. The same labeller on the real clips under their own actions is the ceiling.
+
+Per action entry j, over all videos of a model (pooled, so a video whose chunk sits near the mean does not
+explode a ratio):
+
+    nmse_j = sum (label - drive)^2 / sum (mean_j - drive)^2
+
+where `mean_j` is the labeller's training mean of entry j: 1.0 is no better than answering the mean action
+whatever the video shows, 0 is exact. Entries whose drive never varies (constant in the data) have no
+baseline and are listed, not averaged. The figure is the mean over the varying entries, with a 95 % interval
+from a bootstrap over inputs (clips): all videos of one clip move together.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from worldtune.eval.stats import BOOTSTRAP_SEED, CI_LEVEL, N_BOOT
+
+REAL = "real clip"  # the row of the ground-truth clips under their own actions: the labeller's ceiling
+
+#: views {role: frames [T, h, w, 3] uint8} -> actions [T, D] in dataset units
+Labeller = Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+def squared_errors(labels: np.ndarray, drive: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per entry: (sum over the chunk of (label - drive)^2, sum of (mean - drive)^2). Action t of a chunk moves
+    frame t to t + 1, as the dataset records it and the labeller reads it: labels [K+1, D] or [K, D], drive [K, D]."""
+    k = len(drive)
+    if len(labels) < k:
+        raise ValueError(f"{len(labels)} labelled actions for a chunk of {k}")
+    return ((labels[:k] - drive) ** 2).sum(0), ((mean[None] - drive) ** 2).sum(0)
+
+
+def pooled_nmse(errors: Sequence[np.ndarray], baselines: Sequence[np.ndarray], varying: np.ndarray) -> float:
+    """Mean over the varying entries of sum(errors) / sum(baselines)."""
+    e, b = np.sum(errors, axis=0)[varying], np.sum(baselines, axis=0)[varying]
+    return float(np.mean(e / b))
+
+
+def bootstrap_ci(clusters: Sequence[tuple[list[np.ndarray], list[np.ndarray]]], varying: np.ndarray,
+                 n_boot: int = N_BOOT, seed: int = BOOTSTRAP_SEED, level: float = CI_LEVEL) -> tuple[float, float] | None:
+    """Percentile interval of `pooled_nmse`, resampling whole inputs; None with fewer than two."""
+    if len(clusters) < 2:
+        return None
+    e = np.stack([np.sum(c[0], axis=0) for c in clusters])[:, varying]
+    b = np.stack([np.sum(c[1], axis=0) for c in clusters])[:, varying]
+    idx = np.random.default_rng(seed).integers(0, len(clusters), size=(n_boot, len(clusters)))
+    ratios = (e[idx].sum(1) / np.maximum(b[idx].sum(1), 1e-30)).mean(1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def score(videos: Sequence[dict[str, Any]], label: Labeller, drives: Mapping[str, np.ndarray], mean: np.ndarray,
+          names: Sequence[str], read_views: Callable[[dict[str, str]], dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The consistency of one model: `videos` are rows with `views` {role: path}, `name` (input clip) and
+    `drive` (the clip whose actions made it, a key of `drives`)."""
+    by_input: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = defaultdict(lambda: ([], []))
+    used = []
+    for v in videos:
+        drive = drives[v["drive"]]
+        err, base = squared_errors(label(read_views(v["views"])), drive, mean)
+        by_input[v["name"]][0].append(err)
+        by_input[v["name"]][1].append(base)
+        used.append(drive)
+    spread = np.concatenate(used).std(0) if used else np.zeros(len(names))
+    varying = spread > 1e-9
+    errors = [e for es, _ in by_input.values() for e in es]
+    baselines = [b for _, bs in by_input.values() for b in bs]
+    out: dict[str, Any] = {"n_videos": len(errors), "n_inputs": len(by_input),
+                           "constant": [n for n, v in zip(names, varying) if not v]}
+    if not errors or not varying.any():
+        return {**out, "nmse": None, "ci_low": None, "ci_high": None, "per_entry": {},
+                "reason": "no videos" if not errors else "every action entry is constant"}
+    ci = bootstrap_ci(list(by_input.values()), varying)
+    e_sum, b_sum = np.sum(errors, axis=0), np.sum(baselines, axis=0)
+    return {**out, "nmse": pooled_nmse(errors, baselines, varying), "ci_low": ci[0] if ci else None,
+            "ci_high": ci[1] if ci else None, "reason": "" if ci else "one input: no interval",
+            "per_entry": {n: float(e_sum[j] / b_sum[j]) for j, n in enumerate(names) if varying[j]}}
+
+
+def run(generations: Path, dataset: Path, labeller_path: str, device: str = "auto") -> dict[str, Any]:
+    """Label every video of an actions-mode generation folder (and its real clips) with the IDM at
+    `labeller_path`; per model, the consistency with the chunks that drove them."""
+    from worldtune.data.actions import clip_chunk, load_clip
+    from worldtune.data.video import read_frames
+    from worldtune.idm.label import ActionLabeler
+    from worldtune.infer import records
+
+    labeller = ActionLabeler.load(labeller_path, device)
+    mean = labeller.model.action_mean.detach().cpu().numpy().astype(np.float64)
+    rows = list(records.all_rows(generations).values())
+    manifest = _manifest(dataset)
+    drives = {name: clip_chunk(load_clip(dataset, name)["action"], int(manifest[name].get("stride") or 1))
+              for name in {str(r["actions_from"]) for r in rows} | {str(r["name"]) for r in rows}}
+
+    def read_views(views: dict[str, str]) -> dict[str, np.ndarray]:
+        return {role: read_frames(generations / path) for role, path in views.items()}
+
+    by_model: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    real: dict[str, dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: (str(r["model"]), str(r["name"]), int(r["seed"]))):
+        by_model[str(r["model"])].append({"views": r["views"], "name": str(r["name"]), "drive": str(r["actions_from"])})
+        real[str(r["name"])] = {"views": r["ground_truth_views"], "name": str(r["name"]), "drive": str(r["name"])}
+    names = labeller.action_names
+    models = {label: score(videos, labeller.label, drives, mean, names, read_views)
+              for label, videos in by_model.items()}
+    models[REAL] = score(list(real.values()), labeller.label, drives, mean, names, read_views)
+    return {"labeller": {"kind": "idm", "path": str(labeller_path)}, "action_names": names, "models": models}
+
+
+NOTE = ("actions read back from each video by the labeller vs the actions that drove it, per action entry: "
+        "sum (label - drive)^2 / sum (mean action - drive)^2 pooled over the model's videos, then the mean over the "
+        "entries that vary [95 % CI over inputs]. 1.0 = no better than answering the mean action, 0 = exact; the "
+        "real clips under their own actions are the labeller's ceiling")
+
+
+def rows_for_display(closed: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(model, nmse [CI], n videos / inputs, worst entries) per model, for the console and the report."""
+    out = []
+    for label, m in closed["models"].items():
+        if m["nmse"] is None:
+            out.append((label, "—", f"{m['n_videos']} / {m['n_inputs']}", m["reason"]))
+            continue
+        ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m["ci_low"] is not None else ""
+        worst = sorted(m["per_entry"].items(), key=lambda kv: -kv[1])[:3]
+        out.append((label, f"{m['nmse']:.2f}{ci}", f"{m['n_videos']} / {m['n_inputs']}",
+                    ", ".join(f"{k} {v:.2f}" for k, v in worst)))
+    return out
+
+
+def print_table(closed: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="closed-loop action consistency (normalised MSE vs the driving actions; 1 = mean action)")
+    for col in ("model", "nmse [95 % CI]", "videos / inputs", "worst entries"):
+        table.add_column(col)
+    for row in rows_for_display(closed):
+        table.add_row(*row)
+    Console().print(table)
+
+
+def _manifest(dataset: Path) -> dict[str, dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return {str(r["clip_id"]): r for r in pq.read_table(dataset / "manifest.parquet").to_pylist()}
