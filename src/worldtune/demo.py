@@ -83,7 +83,9 @@ def action_overrides(out: Path) -> list[str]:
     return ["--prepare.actions.key", "action", "--train.task", "forward_dynamics", "--evaluate.mode", "actions",
             "--evaluate.metrics", '["pixels", "sampson_temporal"]', "--evaluate.actions.dataset", f"{o}/dataset",
             "--evaluate.actions.adapters", f'[{{path = "{o}/runs/lora/export", name = "fd"}}]',
-            "--evaluate.actions.steps", "8", "--evaluate.actions.idm", f"{o}/runs/idm"]
+            "--evaluate.actions.steps", "8", "--evaluate.actions.idm", f"{o}/runs/idm",
+            "--evaluate.actions.labellers", '["idm", "cosmos3"]', "--trajectories.cosmos3.dataset", f"{o}/dataset",
+            "--trajectories.cosmos3.steps", "8"]
 
 
 def demo_config(out: Path, steps: int, model: str = "tiny-predict2.5", actions: bool = False) -> WorldtuneConfig:

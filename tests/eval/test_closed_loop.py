@@ -30,7 +30,7 @@ def _videos(drives: dict[str, np.ndarray], donor=lambda name: name) -> list[dict
 
 def _score(videos, labels: dict[str, np.ndarray], drives):
     """The labeller reads the chunk a video "shows" (`labels`, one action more than the chunk, as an IDM)."""
-    return score(videos, lambda views: labels[views["clip"]], drives, MEAN, NAMES, lambda views: views)
+    return score(videos, lambda views: labels[views["clip"]], drives, MEAN, NAMES, lambda v: v["views"])
 
 
 def test_exact_labels_read_0_the_mean_action_1_and_constant_entries_are_listed():
@@ -80,11 +80,14 @@ def test_actions_mode_labels_its_videos_back_with_an_idm(fd_trained, tmp_path):
         "--model.path", str(fd_trained["model"]), "--evaluate.mode", "actions", "--evaluate.out", str(tmp_path / "ev"),
         "--evaluate.metrics", '["pixels"]', "--evaluate.workers", "1",
         "--evaluate.actions.dataset", str(fd_trained["dataset"]), "--evaluate.actions.steps", "1",
-        "--evaluate.actions.idm", str(idm)])
+        "--evaluate.actions.idm", str(idm), "--evaluate.actions.labellers", '["idm", "cosmos3"]',
+        "--trajectories.cosmos3.dataset", str(fd_trained["dataset"]), "--trajectories.cosmos3.steps", "1"])
     closed = run(cfg)["closed_loop"]
-    assert set(closed["models"]) == {"base", "base" + OTHER_SUFFIX, REAL}
-    for m in closed["models"].values():
-        assert m["n_videos"] == m["n_inputs"] == 3 and m["nmse"] is not None and m["nmse"] > 0
+    assert set(closed) == {"idm", "cosmos3"}
+    for per in closed.values():
+        assert set(per["models"]) == {"base", "base" + OTHER_SUFFIX, REAL}
+        for m in per["models"].values():
+            assert m["n_videos"] == m["n_inputs"] == 3 and m["nmse"] is not None and m["nmse"] > 0
     report(load_config(None, ["--report.eval", str(tmp_path / "ev"), "--report.out", str(tmp_path / "r")]).report)
     html = (tmp_path / "r" / "report.html").read_text()
-    assert "Closed-loop action consistency" in html and REAL in html
+    assert "Closed-loop action consistency (idm labeller)" in html and "(cosmos3 labeller)" in html

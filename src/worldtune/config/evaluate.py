@@ -36,9 +36,11 @@ class ActionEvalConfig(Section):
     other_actions: bool = Field(True, description="also drive every model by another episode's actions (a seeded "
                                 "derangement: no clip keeps its own episode's actions) for the action-sensitivity figure")
     shuffle_seed: int = Field(0, description="seed of the derangement that gives each clip another episode's actions")
-    idm: str | None = Field(None, description="an inverse-dynamics model (a `worldtune idm` run folder) that labels "
-                            "every generated video back: closed-loop action consistency with the actions that drove "
-                            "it, per action entry, against the mean action (docs/eval.md); None = off")
+    labellers: list[Literal["idm", "cosmos3"]] = Field(
+        default_factory=list, description="label every generated video back and compare with the actions that drove "
+        "it (closed-loop action consistency, docs/eval.md): idm = the IDM of evaluate.actions.idm; cosmos3 = the "
+        "[model]'s own inverse dynamics (trajectories.cosmos3's settings); [] = off")
+    idm: str | None = Field(None, description="the `worldtune idm` run folder of the idm labeller")
     device: str = Field("auto", description="auto = cuda when available, else cpu")
 
     @field_validator("tier")

@@ -29,8 +29,8 @@ from worldtune.eval.stats import BOOTSTRAP_SEED, CI_LEVEL, N_BOOT
 
 REAL = "real clip"  # the row of the ground-truth clips under their own actions: the labeller's ceiling
 
-#: views {role: frames [T, h, w, 3] uint8} -> actions [T, D] in dataset units
-Labeller = Callable[[dict[str, np.ndarray]], np.ndarray]
+#: what a labeller reads (a video's views, or its packed frames) -> actions [T, D] in dataset units
+Labeller = Callable[[Any], np.ndarray]
 
 
 def squared_errors(labels: np.ndarray, drive: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -63,14 +63,14 @@ def bootstrap_ci(clusters: Sequence[tuple[list[np.ndarray], list[np.ndarray]]], 
 
 
 def score(videos: Sequence[dict[str, Any]], label: Labeller, drives: Mapping[str, np.ndarray], mean: np.ndarray,
-          names: Sequence[str], read_views: Callable[[dict[str, str]], dict[str, np.ndarray]]) -> dict[str, Any]:
-    """The consistency of one model: `videos` are rows with `views` {role: path}, `name` (input clip) and
-    `drive` (the clip whose actions made it, a key of `drives`)."""
+          names: Sequence[str], read: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    """The consistency of one model: `videos` are rows with `name` (input clip), `drive` (the clip whose actions
+    made it, a key of `drives`) and what `read` turns into the labeller's input."""
     by_input: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = defaultdict(lambda: ([], []))
     used = []
     for v in videos:
         drive = drives[v["drive"]]
-        err, base = squared_errors(label(read_views(v["views"])), drive, mean)
+        err, base = squared_errors(label(read(v)), drive, mean)
         by_input[v["name"]][0].append(err)
         by_input[v["name"]][1].append(base)
         used.append(drive)
@@ -90,34 +90,58 @@ def score(videos: Sequence[dict[str, Any]], label: Labeller, drives: Mapping[str
             "per_entry": {n: float(e_sum[j] / b_sum[j]) for j, n in enumerate(names) if varying[j]}}
 
 
-def run(generations: Path, dataset: Path, labeller_path: str, device: str = "auto") -> dict[str, Any]:
-    """Label every video of an actions-mode generation folder (and its real clips) with the IDM at
-    `labeller_path`; per model, the consistency with the chunks that drove them."""
+def run(generations: Path, dataset: Path, labellers: Mapping[str, tuple[Labeller, np.ndarray, list[str], str]]
+        ) -> dict[str, Any]:
+    """Label every video of an actions-mode generation folder (and its real clips) with each labeller
+    {kind: (label, its mean action, action names, what it reads: "views" or "video")}; per labeller and model,
+    the consistency with the chunks that drove the videos."""
     from worldtune.data.actions import clip_chunk, load_clip
     from worldtune.data.video import read_frames
-    from worldtune.idm.label import ActionLabeler
     from worldtune.infer import records
 
-    labeller = ActionLabeler.load(labeller_path, device)
-    mean = labeller.model.action_mean.detach().cpu().numpy().astype(np.float64)
     rows = list(records.all_rows(generations).values())
     manifest = _manifest(dataset)
     drives = {name: clip_chunk(load_clip(dataset, name)["action"], int(manifest[name].get("stride") or 1))
               for name in {str(r["actions_from"]) for r in rows} | {str(r["name"]) for r in rows}}
-
-    def read_views(views: dict[str, str]) -> dict[str, np.ndarray]:
-        return {role: read_frames(generations / path) for role, path in views.items()}
-
     by_model: dict[str, list[dict[str, Any]]] = defaultdict(list)
     real: dict[str, dict[str, Any]] = {}
     for r in sorted(rows, key=lambda r: (str(r["model"]), str(r["name"]), int(r["seed"]))):
-        by_model[str(r["model"])].append({"views": r["views"], "name": str(r["name"]), "drive": str(r["actions_from"])})
-        real[str(r["name"])] = {"views": r["ground_truth_views"], "name": str(r["name"]), "drive": str(r["name"])}
-    names = labeller.action_names
-    models = {label: score(videos, labeller.label, drives, mean, names, read_views)
-              for label, videos in by_model.items()}
-    models[REAL] = score(list(real.values()), labeller.label, drives, mean, names, read_views)
-    return {"labeller": {"kind": "idm", "path": str(labeller_path)}, "action_names": names, "models": models}
+        name = str(r["name"])
+        by_model[str(r["model"])].append({"views": r["views"], "video": r["video"], "task": r.get("instruction"),
+                                          "name": name, "drive": str(r["actions_from"])})
+        real[name] = {"views": r["ground_truth_views"], "video": r["ground_truth"], "task": r.get("instruction"),
+                      "name": name, "drive": name}
+    out: dict[str, Any] = {}
+    for kind, (label, mean, names, reads) in labellers.items():
+        def read(v: dict[str, Any], reads: str = reads) -> Any:
+            if reads == "views":
+                return {role: read_frames(generations / path) for role, path in v["views"].items()}
+            return read_frames(generations / v["video"]), v["task"]
+
+        models = {m: score(videos, label, drives, mean, names, read) for m, videos in by_model.items()}
+        models[REAL] = score(list(real.values()), label, drives, mean, names, read)
+        out[kind] = {"action_names": list(names), "models": models}
+    return out
+
+
+def idm_labeller(path: str, device: str = "auto") -> tuple[Labeller, np.ndarray, list[str], str]:
+    """worldtune's own IDM (a `worldtune idm` run): it reads the camera views; its mean is its training mean."""
+    from worldtune.idm.label import ActionLabeler
+
+    labeller = ActionLabeler.load(path, device)
+    mean = labeller.model.action_mean.detach().cpu().numpy().astype(np.float64)
+    return labeller.label, mean, labeller.action_names, "views"
+
+
+def cosmos3_labeller(cfg: Any, dataset: Path, fps: float) -> tuple[Labeller, np.ndarray, list[str], str]:
+    """The [model]'s own inverse dynamics (trajectories.cosmos3's settings): it reads the packed video; the mean is
+    the dataset's training mean."""
+    from worldtune.data.actions import read_index
+    from worldtune.idm.cosmos3 import load_cosmos3_labeler
+
+    labeller = load_cosmos3_labeler(cfg, str(dataset), fps)
+    mean = np.asarray(read_index(dataset)["stats"]["action"]["mean"], np.float64)
+    return (lambda video_task: labeller.label_video(*video_task)), mean, labeller.action_names, "video"
 
 
 NOTE = ("actions read back from each video by the labeller vs the actions that drove it, per action entry: "
@@ -127,7 +151,8 @@ NOTE = ("actions read back from each video by the labeller vs the actions that d
 
 
 def rows_for_display(closed: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(model, nmse [CI], n videos / inputs, worst entries) per model, for the console and the report."""
+    """(model, nmse [CI], n videos / inputs, worst entries) per model of one labeller, for the console and the
+    report."""
     out = []
     for label, m in closed["models"].items():
         if m["nmse"] is None:
@@ -140,16 +165,18 @@ def rows_for_display(closed: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def print_table(closed: dict[str, Any]) -> None:
+def print_tables(closed: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="closed-loop action consistency (normalised MSE vs the driving actions; 1 = mean action)")
-    for col in ("model", "nmse [95 % CI]", "videos / inputs", "worst entries"):
-        table.add_column(col)
-    for row in rows_for_display(closed):
-        table.add_row(*row)
-    Console().print(table)
+    for kind, per in closed.items():
+        table = Table(title=f"closed-loop action consistency, {kind} labeller (normalised MSE vs the driving "
+                            "actions; 1 = mean action)")
+        for col in ("model", "nmse [95 % CI]", "videos / inputs", "worst entries"):
+            table.add_column(col)
+        for row in rows_for_display(per):
+            table.add_row(*row)
+        Console().print(table)
 
 
 def _manifest(dataset: Path) -> dict[str, dict[str, Any]]:

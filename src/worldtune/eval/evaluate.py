@@ -538,7 +538,7 @@ def run(cfg: Any) -> dict[str, Any]:
         from worldtune.eval.dynamics import generate_under_actions
 
         folders = [str(generate_under_actions(whole))]
-    closed = _closed_loop(cfg, Path(folders[0])) if cfg.mode == "actions" and cfg.actions.idm else None
+    closed = _closed_loop(whole, Path(folders[0])) if cfg.mode == "actions" and cfg.actions.labellers else None
     entries, runs = collect_entries(folders, cfg.max_videos)
     if not entries:
         raise EvaluationError(f"no videos in {cfg.runs}: the generation folders' generations.jsonl are empty")
@@ -589,9 +589,9 @@ def run(cfg: Any) -> dict[str, Any]:
     results = finish(judge_status, judged)
     print_summary(results)
     if closed:
-        from worldtune.eval.closed_loop import print_table
+        from worldtune.eval.closed_loop import print_tables
 
-        print_table(closed)
+        print_tables(closed)
     counts = judge_status.get("counts") or {}
     if judge_status.get("status") == "failed" or (counts and all(
             c["ok"] + c["cached"] + c["parse_failed"] == 0 and c["error"] > 0 for c in counts.values())):
@@ -601,13 +601,25 @@ def run(cfg: Any) -> dict[str, Any]:
     return results
 
 
-def _closed_loop(cfg: Any, generations: Path) -> dict[str, Any]:
-    """The actions-mode videos labelled back by evaluate.actions.idm (worldtune.eval.closed_loop)."""
-    from worldtune.eval.closed_loop import run as closed_loop
+def _closed_loop(whole: Any, generations: Path) -> dict[str, Any]:
+    """The actions-mode videos labelled back by evaluate.actions.labellers (worldtune.eval.closed_loop)."""
     from worldtune.console import plain
+    from worldtune.eval import closed_loop as cl
 
-    plain(f"closed-loop action consistency: labelling {generations} with {cfg.actions.idm}")
-    return closed_loop(generations, Path(cfg.actions.dataset), cfg.actions.idm, cfg.actions.device)
+    ac = whole.evaluate.actions
+    dataset = Path(ac.dataset)
+    labellers = {}
+    for kind in ac.labellers:
+        plain(f"closed-loop action consistency: labelling {generations} with the {kind} labeller")
+        if kind == "idm":
+            if not ac.idm:
+                raise EvaluationError("evaluate.actions.labellers has idm: set evaluate.actions.idm to a `worldtune "
+                                      "idm` run folder")
+            labellers[kind] = cl.idm_labeller(ac.idm, ac.device)
+        else:
+            fps = float(json.loads((dataset / "info.json").read_text())["fps"])
+            labellers[kind] = cl.cosmos3_labeller(whole, dataset, fps)
+    return cl.run(generations, dataset, labellers)
 
 
 def _write_json(path: Path, obj: Any) -> None:

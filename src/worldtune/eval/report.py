@@ -355,14 +355,14 @@ def _closed_loop_html(results: dict[str, Any]) -> str:
     """Closed-loop action consistency (evaluate.actions.idm): generated videos labelled back."""
     from worldtune.eval.closed_loop import NOTE, rows_for_display
 
-    closed = results.get("closed_loop")
-    if not closed:
-        return ""
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                   for row in rows_for_display(closed))
-    return (f"<h3>Closed-loop action consistency ({html.escape(closed['labeller']['kind'])} labeller)</h3>"
-            f"<p>{html.escape(NOTE)}.</p><table><tr><th>model</th><th>normalised MSE [95 % CI]</th>"
-            f"<th>videos / inputs</th><th>worst entries</th></tr>{body}</table>")
+    parts = []
+    for kind, per in (results.get("closed_loop") or {}).items():
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                       for row in rows_for_display(per))
+        parts.append(f"<h3>Closed-loop action consistency ({html.escape(kind)} labeller)</h3>"
+                     f"<p>{html.escape(NOTE)}.</p><table><tr><th>model</th><th>normalised MSE [95 % CI]</th>"
+                     f"<th>videos / inputs</th><th>worst entries</th></tr>{body}</table>")
+    return "".join(parts)
 
 
 def _views_html(results: dict[str, Any]) -> str:
