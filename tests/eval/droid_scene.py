@@ -106,7 +106,7 @@ class DroidEpisode:
         g, yaw = self.gripper(i)
         c, s = math.cos(yaw), math.sin(yaw)
         rot = np.array([[c, -s, 0], [s, c, 0], [0, 0, 1.0]])
-        R, t = look_at(g + rot @ np.array([0.0, -0.1, 0.08]), g + rot @ np.array([0.0, 0.08, -0.2]))
+        R, t = look_at(g + rot @ np.array([0.0, -0.1, 0.08]), g + rot @ np.array([0.0, 0.14, -0.15]))
         return Camera(self.K_wrist, R, t, self.width, self.height)
 
     def F(self, a: str, b: str, i: int = 0, j: int | None = None) -> np.ndarray:

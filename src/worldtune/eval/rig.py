@@ -205,24 +205,32 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
     return PairReference(f.F, "reference", None, f.inliers, err)
 
 
-def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ratio: float = 0.3,
-                      grow: float = 0.05) -> np.ndarray | None:
+def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ratio: float = 0.2,
+                      grow: float = 0.05, gaps: tuple[int, ...] = (1, 2, 4, 8, 16)) -> np.ndarray | None:
     """True where pixels are usable: False on textured regions that stay put while the view moves.
 
     frames: (T, H, W, 3) uint8 of one moving view of a REAL clip. A pixel is camera-fixed when its
-    mean absolute frame-to-frame change is below `ratio` x the median change of the textured
-    pixels. None when the view barely moves (nothing can be told apart) or nothing is fixed.
+    mean absolute change between frames `gap` apart is below `ratio` x the change of the textured
+    pixels (their 75th percentile: the gripper, the most textured thing in view, may be half of them). The gap is the shortest of `gaps` over which the textured pixels change by at
+    least `min_background_motion` grey levels: a wrist that moves fast is told apart frame to frame,
+    one that moves slowly over a longer baseline (frame to frame, a slow view over a plain table
+    changes about as little as the gripper does). None when the view barely moves even over the
+    longest gap (nothing can be told apart) or nothing is fixed.
     """
     import cv2
 
     if len(frames) < 3:
         return None
     g = np.stack([cv2.GaussianBlur(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), (5, 5), 1.0) for f in frames]).astype(np.float32)
-    change = np.abs(np.diff(g, axis=0)).mean(axis=0)
     grad = np.stack([np.hypot(cv2.Sobel(x, cv2.CV_32F, 1, 0), cv2.Sobel(x, cv2.CV_32F, 0, 1)) for x in g[:: max(1, len(g) // 8)]]).mean(0)
     textured = grad > np.percentile(grad, 60)
-    moving_level = float(np.median(change[textured]))
-    if moving_level < min_background_motion:
+    change, moving_level = None, 0.0
+    for gap in (k for k in gaps if k < len(g)):
+        change = np.abs(g[gap:] - g[:-gap]).mean(axis=0)
+        moving_level = float(np.percentile(change[textured], 75))  # the gripper may be half the texture
+        if moving_level >= min_background_motion:
+            break
+    if change is None or moving_level < min_background_motion:
         return None
     fixed = (textured & (change < ratio * moving_level)).astype(np.uint8)
     h, w = fixed.shape
