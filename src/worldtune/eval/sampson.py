@@ -5,7 +5,9 @@ distance √d (worldtune.eval.epipolar) is the first-order distance in pixels of
 the epipolar constraint. What makes the number mean something is *which* F and *which* matches:
 
 - **cross-view, two fixed cameras**: F is the real rig's (worldtune.eval.rig): from calibrated
-  cameras, or estimated once from the real clip of the same input. Each frame's SIFT matches
+  cameras, or estimated once from the real clip of the same input, and used only after the real
+  clip has shown it true (SampsonError.reference: disjoint fits agree, the clip scores under it;
+  otherwise `no_reference`, never a self-fit). Each frame's SIFT matches
   (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
   averaged, and the frame's value is the median over the rest; a frame with fewer than
