@@ -105,6 +105,50 @@ def sensitivity(frames: int = 32) -> dict:
     return out
 
 
+def droid(frames: int = 32) -> dict:
+    """The figures of tests/eval/test_sampson_droid.py on the DROID-size scene (tests/eval/droid_scene.py)."""
+    from tests.eval.droid_scene import FIXED, H, NARROW, W, WIDE, DroidEpisode, distance_to_truth, encode
+    from tests.eval.test_sampson_droid import FAST, SLOW, _wrist_agreement, calibrated
+    from worldtune.eval.sampson import SampsonConfig, SampsonError
+
+    ep, other = DroidEpisode(0, frames, FAST), DroidEpisode(1, frames, FAST)
+    raw = ep.views(FIXED)
+    av1, h264 = {r: encode(v) for r, v in raw.items()}, {r: encode(v, "h264") for r, v in raw.items()}
+    metric = SampsonError()
+    ref = metric.reference(av1, "ep0", base=calibrated(ep, FIXED))
+    out: dict = {"frames": frames, "detect_scale": ref.detect_scale,
+                 "references": {k: p.summary() for k, p in ref.pairs.items()}}
+
+    def pair(views, key=NARROW, scale="auto"):
+        a, b = key.split("|")
+        m = metric if scale == "auto" else SampsonError(SampsonConfig(detect_scale=scale))
+        s = m.score_views({a: views[a], b: views[b]}, reference=ref).crossview[key]
+        return {"median_px": None if s.evaluated == 0 else round(s.median, 3), "frames_scored": s.evaluated}
+
+    for scale in ("auto", 0.5):
+        out[f"narrow_scale_{scale}"] = {"av1": pair(av1, scale=scale), "h264": pair(h264, scale=scale)}
+    F = ep.F("ext_a", "ext_b")
+    line = F.T @ np.array([(W - 1) / 2, (H - 1) / 2, 1.0])
+    n = line[:2] / np.linalg.norm(line[:2])
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], frames)
+    out["narrow_jitter"] = {d: pair(dict(av1, ext_b=encode(np.stack([ep.render_view("ext_b", i, tuple(d * signs[i] * n))
+                                                                      for i in range(frames)]))))["median_px"] for d in (1, 2, 4)}
+    out["narrow_other_episode"] = pair(dict(av1, ext_b=encode(other.views(("ext_b",))["ext_b"])))
+    out["wide"] = pair(av1, WIDE)
+    for name, e in (("textured", ep), ("poster_only", DroidEpisode(0, frames, poster_only=True))):
+        views = av1 if e is ep else {r: encode(v) for r, v in e.views(FIXED).items()}
+        for guard, cfg in (("proven", SampsonConfig(geometry="reference")),
+                           ("one_fit", SampsonConfig(geometry="reference", max_disagreement=float("inf"), min_agreement=0))):
+            p = SampsonError(cfg).reference({r: views[r] for r in ("ext_a", "ext_b")}, name).pairs[NARROW]
+            out[f"estimate_{name}_{guard}"] = {**p.summary(), "F": None, "px_from_truth": None if p.F is None else
+                                               round(distance_to_truth(p.F, e.F("ext_a", "ext_b")), 2)}
+    for speed, v in (("slow", SLOW), ("fast", FAST)):
+        e = DroidEpisode(0, frames, v)
+        within, scored, moving = _wrist_agreement(metric, e, encode(e.views(("wrist",))["wrist"]))
+        out[f"wrist_{speed}"] = {"within_0.3px_of_truth": round(within, 3), "scored": round(scored, 3), "moving_pairs": moving}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", type=int, default=2, help="episodes (real clips, one reference each)")
@@ -112,9 +156,17 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=93)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--crossview-step", type=int, default=1)
+    ap.add_argument("--detect-scale", default="1.0", help="SIFT scale for cross-view matching, or auto")
     ap.add_argument("--sensitivity", action="store_true", help="measure the response to a known shift instead")
+    ap.add_argument("--droid", action="store_true", help="the DROID-size validation scene's figures instead")
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args()
+    if args.droid:
+        result = droid()
+        print(json.dumps(result, indent=1, default=str))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        return
     if args.sensitivity:
         result = sensitivity()
         print(json.dumps(result, indent=1))
@@ -129,7 +181,8 @@ def main() -> None:
     from worldtune.eval.sampson import SampsonConfig, SampsonError, VideoSource, summarize
     from worldtune.eval.video import write_video
 
-    cfg = SampsonConfig(crossview_step=args.crossview_step)
+    scale = args.detect_scale if args.detect_scale == "auto" else float(args.detect_scale)
+    cfg = SampsonConfig(crossview_step=args.crossview_step, detect_scale=scale)
     metric = SampsonError(cfg)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,6 +209,7 @@ def main() -> None:
         dt, cpu = time.time() - t, _cpu() - cpu
     s = summarize(scores)
     result = {"videos": len(sources), "workers": args.workers, "frames": args.frames, "views": "3 x 180x320",
+              "detect_scale": args.detect_scale,
               "crossview_step": args.crossview_step, "score_seconds": round(dt, 2),
               "videos_per_s": round(len(sources) / dt, 3),
               # what the worker processes used, start-up included: the rate on cores no one else uses

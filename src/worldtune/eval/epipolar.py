@@ -215,3 +215,27 @@ def cross_fitted_distances(x0: np.ndarray, x1: np.ndarray, size0: tuple[int, int
             return None, fit.reason
         out[~fit_on] = sampson_distance(fit.F, x0[~fit_on], x1[~fit_on])
     return out, None
+
+
+def fundamental_distance(Fa: np.ndarray, Fb: np.ndarray, size0: tuple[int, int], size1: tuple[int, int],
+                         n: int = 400) -> float:
+    """How far apart two F's are over the images, in pixels (x0ᵀ F x1 = 0; sizes (width, height)).
+
+    Correspondences exact under one F (points spread over image 0, each paired with a point of its
+    epipolar line inside image 1) are measured under the other, both ways; the larger median is
+    returned. Two fits that agree read ~0; an F whose epipole or lines moved reads how far the
+    lines moved where the images are. inf when no epipolar line crosses the other image.
+    """
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for F, G in ((Fa, Fb), (Fb, Fa)):
+        x0 = rng.random((n, 2)) * [size0[0] - 1, size0[1] - 1]
+        lines = np.c_[x0, np.ones(n)] @ F  # x0ᵀ F: the epipolar line of x0 in image 1
+        xs = rng.random(n) * (size1[0] - 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ys = -(lines[:, 0] * xs + lines[:, 2]) / lines[:, 1]
+        ok = np.isfinite(ys) & (ys >= 0) & (ys <= size1[1] - 1)
+        if ok.sum() < 10:
+            return float("inf")
+        worst = max(worst, float(np.nanmedian(sampson_distance(G, x0[ok], np.c_[xs, ys][ok]))))
+    return worst

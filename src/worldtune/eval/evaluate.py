@@ -191,6 +191,7 @@ def sampson_config(cfg: Any, metrics: Sequence[str]) -> Any:
                          frame_step=cfg.sampson_frame_step, crossview_step=cfg.sampson_crossview_step, moving_views=tuple(cfg.sampson_moving_views),
                          masks=tuple((r, tuple(tuple(b) for b in bs)) for r, bs in cfg.sampson_masks.items()),
                          auto_masks=cfg.sampson_auto_masks, gate=cfg.sampson_gate,
+                         detect_scale=cfg.sampson_detect_scale,
                          temporal="sampson_temporal" in metrics, crossview="sampson_crossview" in metrics)
 
 
@@ -242,7 +243,7 @@ def run_sampson(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str],
                                            references=[refs.get((e.run, e.name)) for e in entries])
     out: dict[str, dict[str, Any]] = {}
     for e, s in zip(entries, scores):
-        row: dict[str, Any] = {"sampson_status": s.status}
+        row: dict[str, Any] = {"sampson_status": s.status, "sampson_detect_scale": s.detect_scale}
         for kind in ("temporal", "crossview"):
             if f"sampson_{kind}" not in metrics:
                 continue
@@ -457,7 +458,8 @@ def write_rows(out: Path, rows: Sequence[dict[str, Any]], metrics: Sequence[str]
 
     atomic_write_bytes(out / "videos.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
     cols = ["model", "name", "seed", "video", "status", *metrics,
-            *[f"{m}_{s}" for m in metrics if m.startswith("sampson") for s in ("mode", "mean", "pairs", "skipped")]]
+            *[f"{m}_{s}" for m in metrics if m.startswith("sampson") for s in ("mode", "mean", "pairs", "skipped")],
+            *(["sampson_detect_scale"] if "sampson_crossview" in metrics else [])]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
     w.writeheader()

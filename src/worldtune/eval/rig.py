@@ -23,7 +23,7 @@ out of matching, so they can neither pass for a static camera nor steer a fit.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
 from typing import Any, Mapping
@@ -31,7 +31,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from worldtune.errors import EvaluationError
-from worldtune.eval.epipolar import FitSettings, cross_fitted_distances, distinct, fundamental_from_cameras, guarded_fit
+from worldtune.eval.epipolar import (MIN_POINTS_FOR_F, FitSettings, cross_fitted_distances, distinct, fundamental_distance,
+                                     fundamental_from_cameras, guarded_fit)
 
 
 @dataclass
@@ -43,10 +44,11 @@ class PairReference:
     reason: str | None = None  # why there is none
     inliers: int = 0
     fit_error: float | None = None  # held-out median Sampson error of the estimate (reference mode)
+    checks: dict[str, Any] = field(default_factory=dict)  # what the real clip said about it (see SampsonError.reference)
 
     def summary(self) -> dict[str, Any]:
         return {"mode": self.mode, "available": self.F is not None, "reason": self.reason,
-                "inliers": self.inliers, "fit_error": self.fit_error}
+                "inliers": self.inliers, "fit_error": self.fit_error, "checks": self.checks}
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Reference:
     pairs: dict[str, PairReference] = field(default_factory=dict)  # "a|b" (sorted roles)
     K: dict[str, np.ndarray] = field(default_factory=dict)
     masks: dict[str, np.ndarray] = field(default_factory=dict)  # role -> bool (h, w), True = usable
+    detect_scale: float | None = None  # SIFT scale measured on the real clip (SampsonError.measure_scale)
 
     def for_size(self, sizes: Mapping[str, tuple[int, int]]) -> "Reference":
         """The same reference in views of other sizes (a generated video may differ from the clip)."""
@@ -71,14 +74,16 @@ class Reference:
         for key, p in self.pairs.items():
             a, b = key.split("|")
             F = None if p.F is None or a not in S or b not in S else np.linalg.inv(S[a]).T @ p.F @ np.linalg.inv(S[b])
-            pairs[key] = PairReference(F, p.mode, p.reason, p.inliers, p.fit_error)
+            pairs[key] = PairReference(F, p.mode, p.reason, p.inliers, p.fit_error, p.checks)
         masks = {r: cv2.resize(m.astype(np.uint8), (sizes[r][1], sizes[r][0]), interpolation=cv2.INTER_NEAREST) > 0
                  for r, m in self.masks.items() if r in sizes}
         K = {r: S[r] @ k for r, k in self.K.items() if r in S}
-        return Reference(self.name, {r: tuple(sizes[r]) for r in self.sizes if r in sizes}, set(self.moving), pairs, K, masks)
+        return Reference(self.name, {r: tuple(sizes[r]) for r in self.sizes if r in sizes}, set(self.moving), pairs, K,
+                         masks, self.detect_scale)
 
     def summary(self) -> dict[str, Any]:
         return {"moving": sorted(self.moving), "pairs": {k: p.summary() for k, p in self.pairs.items()},
+                "detect_scale": self.detect_scale,
                 "calibrated_K": sorted(self.K), "masked_fraction": {r: round(float(1 - m.mean()), 4) for r, m in self.masks.items()}}
 
 
@@ -183,13 +188,22 @@ def calibrated_reference(cal: Calibration, clip: str, roles: list[str]) -> Refer
 
 # ---------------------------------------------------------------------------- from the real clip
 def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: tuple[int, int],
-                            size_b: tuple[int, int], fit: FitSettings, max_fit_error: float = 1.0) -> PairReference:
-    """F of a fixed pair from all frames of a real clip, or the reason it cannot be trusted."""
+                            size_b: tuple[int, int], fit: FitSettings, max_fit_error: float = 1.0,
+                            max_disagreement: float = 1.0) -> PairReference:
+    """F of a fixed pair from all frames of a real clip, or the reason it cannot be trusted.
+
+    Besides the guards of one fit, the frames are split into two disjoint sets (alternate blocks
+    of four) and each is fitted alone: the two F's must lie within `max_disagreement` px of each
+    other over the images (worldtune.eval.epipolar.fundamental_distance). Matches that do not fix F
+    (all on one plane: a wall poster, a table top) fit a whole family of F's exactly, with a small
+    held-out error, and two independent fits land on different members of it.
+    """
     m = [matcher.match(fa, fb) for fa, fb in zip(feats_a, feats_b)]
     x0 = np.concatenate([p[0] for p in m]) if m else np.empty((0, 2))
     x1 = np.concatenate([p[1] for p in m]) if m else np.empty((0, 2))
+    block = np.concatenate([np.full(len(p[0]), (t // 4) % 2) for t, p in enumerate(m)]) if m else np.empty(0)
     keep = distinct(x0, x1)
-    x0, x1 = x0[keep], x1[keep]
+    x0, x1, block = x0[keep], x1[keep], block[keep]
     wh_a, wh_b = (size_a[1], size_a[0]), (size_b[1], size_b[0])
     f = guarded_fit(x0, x1, wh_a, wh_b, fit)
     if not f.ok:
@@ -202,27 +216,48 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
     if not err <= max_fit_error:
         return PairReference(None, "reference", f"real clip: held-out error {err:.2f} px > {max_fit_error} px",
                              f.inliers, err if np.isfinite(err) else None)
-    return PairReference(f.F, "reference", None, f.inliers, err)
+    # each half holds about half the inliers: its own guard asks half as many (an F they do not fix
+    # lands far from the other half's, which is the test)
+    half_fit = replace(fit, min_inliers=max(MIN_POINTS_FOR_F, fit.min_inliers // 2))
+    halves = [guarded_fit(x0[block == k], x1[block == k], wh_a, wh_b, half_fit) for k in (0, 1)]
+    if not all(h.ok for h in halves):
+        why = next(h.reason for h in halves if not h.ok)
+        return PairReference(None, "reference", f"real clip: a fit on half of the frames fails ({why}): the clip "
+                             "cannot show that F is fixed by its matches", f.inliers, err)
+    apart = fundamental_distance(halves[0].F, halves[1].F, wh_a, wh_b)  # type: ignore[arg-type]
+    checks = {"disjoint_fits_apart_px": round(apart, 3) if np.isfinite(apart) else None}
+    if not apart <= max_disagreement:
+        return PairReference(None, "reference", f"real clip: fits on disjoint frames disagree by {apart:.2f} px > "
+                             f"{max_disagreement} px (the matches do not fix F, e.g. all on one plane)", f.inliers, err, checks)
+    return PairReference(f.F, "reference", None, f.inliers, err, checks)
 
 
-def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ratio: float = 0.3,
-                      grow: float = 0.05) -> np.ndarray | None:
+def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ratio: float = 0.2,
+                      grow: float = 0.05, gaps: tuple[int, ...] = (1, 2, 4, 8, 16)) -> np.ndarray | None:
     """True where pixels are usable: False on textured regions that stay put while the view moves.
 
     frames: (T, H, W, 3) uint8 of one moving view of a REAL clip. A pixel is camera-fixed when its
-    mean absolute frame-to-frame change is below `ratio` x the median change of the textured
-    pixels. None when the view barely moves (nothing can be told apart) or nothing is fixed.
+    mean absolute change between frames `gap` apart is below `ratio` x the change of the textured
+    pixels (their 75th percentile: the gripper, the most textured thing in view, may be half of them). The gap is the shortest of `gaps` over which the textured pixels change by at
+    least `min_background_motion` grey levels: a wrist that moves fast is told apart frame to frame,
+    one that moves slowly over a longer baseline (frame to frame, a slow view over a plain table
+    changes about as little as the gripper does). None when the view barely moves even over the
+    longest gap (nothing can be told apart) or nothing is fixed.
     """
     import cv2
 
     if len(frames) < 3:
         return None
     g = np.stack([cv2.GaussianBlur(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), (5, 5), 1.0) for f in frames]).astype(np.float32)
-    change = np.abs(np.diff(g, axis=0)).mean(axis=0)
     grad = np.stack([np.hypot(cv2.Sobel(x, cv2.CV_32F, 1, 0), cv2.Sobel(x, cv2.CV_32F, 0, 1)) for x in g[:: max(1, len(g) // 8)]]).mean(0)
     textured = grad > np.percentile(grad, 60)
-    moving_level = float(np.median(change[textured]))
-    if moving_level < min_background_motion:
+    change, moving_level = None, 0.0
+    for gap in (k for k in gaps if k < len(g)):
+        change = np.abs(g[gap:] - g[:-gap]).mean(axis=0)
+        moving_level = float(np.percentile(change[textured], 75))  # the gripper may be half the texture
+        if moving_level >= min_background_motion:
+            break
+    if change is None or moving_level < min_background_motion:
         return None
     fixed = (textured & (change < ratio * moving_level)).astype(np.uint8)
     h, w = fixed.shape
@@ -246,3 +281,4 @@ def boxes_mask(boxes: list[list[float]], hw: tuple[int, int]) -> np.ndarray:
     for x0, y0, x1, y1 in boxes:
         m[int(y0 * h):int(np.ceil(y1 * h)), int(x0 * w):int(np.ceil(x1 * w))] = False
     return m
+

@@ -5,7 +5,9 @@ distance √d (worldtune.eval.epipolar) is the first-order distance in pixels of
 the epipolar constraint. What makes the number mean something is *which* F and *which* matches:
 
 - **cross-view, two fixed cameras**: F is the real rig's (worldtune.eval.rig): from calibrated
-  cameras, or estimated once from the real clip of the same input. Each frame's SIFT matches
+  cameras, or estimated once from the real clip of the same input, and used only after the real
+  clip has shown it true (SampsonError.reference: disjoint fits agree, the clip scores under it;
+  otherwise `no_reference`, never a self-fit). Each frame's SIFT matches
   (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
   averaged, and the frame's value is the median over the rest; a frame with fewer than
@@ -44,9 +46,12 @@ from worldtune.eval.correspondences import NO_FEATURES, Features, SiftMatcher, t
 from worldtune.eval.epipolar import (FitSettings, cross_fitted_distances, distinct, fundamental_from_cameras,
                                      robust_fundamental, sampson_distance)
 from worldtune.eval.progress import map_processes
-from worldtune.eval.rig import Reference, boxes_mask, camera_fixed_mask, estimate_pair_reference, pair_key
+from worldtune.eval.rig import (PairReference, Reference, boxes_mask, camera_fixed_mask, estimate_pair_reference,
+                               pair_key)
 
 GEOMETRIES = ("auto", "calibrated", "reference", "selffit")
+KINDS = ("temporal", "crossview")
+SCALES = (0.5, 1.0)  # SIFT detection scales measure_scale chooses from
 
 
 # ------------------------------------------------------------------------------------- settings
@@ -57,7 +62,7 @@ class SampsonConfig:
     geometry: str = "auto"  # auto | calibrated | reference | selffit (see module docstring)
     max_features: int = 2000  # SIFT keypoints per frame
     ratio: float = 0.75  # Lowe's ratio test
-    detect_scale: float | None = None  # SIFT on the frame scaled by this; None = 0.5 for views >= 160 px high
+    detect_scale: float | str = "auto"  # SIFT on the frame scaled by this; "auto": measured (measure_scale)
     threshold: float = 1.0  # robust fit inlier threshold, pixels
     min_inliers: int = 15  # distinct inliers a fit needs
     min_cells: int = 4  # cells of a 4x4 grid the inliers must cover in each image
@@ -72,6 +77,8 @@ class SampsonConfig:
     masks: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...] = ()  # role -> boxes to ignore
     auto_masks: bool = True  # find camera-fixed pixels of moving views in the real clip
     max_fit_error: float = 1.0  # reference from the real clip: held-out error it must stay under, px
+    max_disagreement: float = 1.0  # reference from the real clip: fits on disjoint frames at most this far apart, px
+    min_agreement: float = 0.5  # a reference is used only when the real clip scores under it on this share of frames
     crossview: bool = True
     temporal: bool = True
 
@@ -151,6 +158,7 @@ class VideoScore:
     status: str = "ok"  # "ok" or "skipped: <reason>"
     num_frames: int = 0
     notes: dict[str, str] = field(default_factory=dict)  # what was not scored on purpose, and why
+    detect_scale: float | None = None  # the SIFT scale cross-view matching ran at
 
     @property
     def ok(self) -> bool:
@@ -160,8 +168,9 @@ class VideoScore:
         return merge_series(kind, getattr(self, kind).values())
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "status": self.status, "num_frames": self.num_frames, "notes": self.notes}
-        for kind in ("temporal", "crossview"):
+        out: dict[str, Any] = {"key": self.key, "status": self.status, "num_frames": self.num_frames, "notes": self.notes,
+                               "detect_scale": self.detect_scale}
+        for kind in KINDS:
             series = getattr(self, kind)
             out[kind] = {"overall": self.overall(kind).summary() if series else None,
                          "parts": {k: s.summary() for k, s in series.items()}}
@@ -219,10 +228,10 @@ class SampsonError:
         self._matchers: dict[tuple[float, float], SiftMatcher] = {}
 
     # -- building blocks
-    def matcher(self, hw: tuple[int, int], reference: bool = False) -> SiftMatcher:
-        """SIFT at `detect_scale` for scoring. The reference is built once per input and wants every
-        correct match a plain table offers: full size, half SIFT's default contrast threshold."""
-        scale = 1.0 if reference else self.cfg.detect_scale or (0.5 if hw[0] >= 160 else 1.0)
+    def matcher(self, scale: float = 1.0, reference: bool = False) -> SiftMatcher:
+        """SIFT at `scale` for scoring. The reference is built once per input and wants every correct
+        match a plain table offers: full size, half SIFT's default contrast threshold."""
+        scale = 1.0 if reference else scale
         contrast = 0.02 if reference else 0.04
         if (scale, contrast) not in self._matchers:
             self._matchers[scale, contrast] = SiftMatcher(self.cfg.max_features, self.cfg.ratio, scale, contrast)
@@ -254,40 +263,108 @@ class SampsonError:
         """The frames cross-view pairs are scored at."""
         return range(0, n, self.cfg.frame_step * self.cfg.crossview_step)
 
-    def features(self, frames: np.ndarray, mask: np.ndarray | None, reference: bool = False) -> list[Features]:
+    def features(self, frames: np.ndarray, mask: np.ndarray | None, reference: bool = False,
+                 scale: float = 1.0) -> list[Features]:
         """SIFT of the frames on the step grid (others left empty): detected once, used by every pair."""
-        m = self.matcher(frames.shape[1:3], reference)
+        m = self.matcher(scale, reference)
         wanted = set(self._frames(len(frames)))
         return [m.detect(frames[t], mask) if t in wanted else NO_FEATURES for t in range(len(frames))]
 
     # -- reference from a real clip
     def reference(self, views: Mapping[str, np.ndarray], name: str = "reference",
                   base: Reference | None = None) -> Reference:
-        """What the real clip says: camera-fixed masks of moving views and F of each fixed pair.
+        """What the real clip says: camera-fixed masks of moving views, the detection scale, and F of each fixed pair, each F proven on the clip before it is used.
 
-        `base` (a calibrated reference) keeps its F and K; only what it lacks is estimated.
+        `base` (a calibrated reference) keeps its K and, when the real clip agrees with it, its F;
+        only what it lacks is estimated. Every F must then show that the real clip scores under it
+        on at least `min_agreement` of the frames where the clip has matches (calibrated F: of the
+        frames with enough matches; an estimate: of all frames); one that does not is dropped, with
+        the reason, and its pair is `no_reference`: never scored against it, never self-fitted.
         """
         sizes = {r: tuple(v.shape[1:3]) for r, v in views.items()}
         ref = base.for_size(sizes) if base is not None else Reference(name, sizes)  # type: ignore[arg-type]
+        ref.pairs = dict(ref.pairs)
         ref.moving = {r for r in views if self.is_moving(r, ref)}
         if self.cfg.auto_masks:
             for role in ref.moving:
                 mask = camera_fixed_mask(views[role])
                 if mask is not None:
                     ref.masks[role] = mask
-        if self.cfg.geometry in ("auto", "reference") and self.cfg.crossview:
-            masks = self.masks(views, ref)
-            feats: dict[str, list[Features]] = {}
-            for a, b in combinations(sorted(views), 2):
-                key = pair_key(a, b)
-                if a in ref.moving or b in ref.moving or (key in ref.pairs and ref.pairs[key].F is not None):
+        if not self.cfg.crossview:
+            return ref
+        masks = self.masks(views, ref)
+        fixed = sorted(r for r in views if r not in ref.moving)
+        ref.detect_scale = self.measure_scale(views, ref, masks)
+        if self.cfg.geometry == "selffit":
+            return ref
+        feats = {r: self.features(views[r], masks.get(r), reference=True) for r in fixed}
+        matcher = self.matcher(reference=True)
+        for a, b in combinations(fixed, 2):
+            key = pair_key(a, b)
+            pair = ref.pairs.get(key)
+            if pair is None or pair.F is None:
+                if self.cfg.geometry not in ("auto", "reference"):
                     continue
-                for r in (a, b):
-                    if r not in feats:
-                        feats[r] = self.features(views[r], masks.get(r), reference=True)
-                ref.pairs[key] = estimate_pair_reference(feats[a], feats[b], self.matcher(sizes[a], reference=True), sizes[a], sizes[b],
-                                                         self.cfg.fit, self.cfg.max_fit_error)
+                pair = estimate_pair_reference(feats[a], feats[b], matcher, sizes[a], sizes[b], self.cfg.fit,
+                                               self.cfg.max_fit_error, self.cfg.max_disagreement)
+            if pair.F is not None:
+                pair = self.prove(pair, feats[a], feats[b], matcher)
+            ref.pairs[key] = pair
         return ref
+
+    def prove(self, pair: PairReference, fa: Sequence[Features], fb: Sequence[Features],
+              matcher: SiftMatcher) -> PairReference:
+        """The pair's F, kept only when the real clip scores under it on most frames (see reference)."""
+        s = self.crossview_reference(fa, fb, pair.F, matcher, pair.mode)  # type: ignore[arg-type]
+        off = s.skipped.get("matches_off_reference", 0)
+        seen = s.evaluated + off  # frames with enough matches to say anything
+        # calibrated: outside evidence, dropped when the clip contradicts it (a quarter of the frames with
+        # matches agree at most); an estimate must be supported on `min_agreement` of all frames
+        need, frames = ((self.cfg.min_agreement / 2, seen) if pair.mode == "calibrated" else
+                        (self.cfg.min_agreement, s.evaluated + s.n_skipped))
+        checks = {**pair.checks, "real_clip_frames_scored": s.evaluated, "real_clip_frames": s.evaluated + s.n_skipped,
+                  "real_clip_median_px": _json_float(s.median)}
+        if pair.mode == "calibrated" and seen < self.cfg.min_support:
+            checks["unverified"] = "the real clip has too few matches to check the calibration"
+            return replace(pair, checks=checks)
+        if s.evaluated < need * max(frames, 1):
+            what = ("calibration disagrees with the real clip (a wrong calibration, or a pair without correct "
+                    "matches)" if pair.mode == "calibrated" else "estimate is not supported by the real clip")
+            return replace(pair, F=None, checks=checks,
+                           reason=f"{what}: the clip scores under it on {s.evaluated} of {frames} frames (< {need:.0%})")
+        return replace(pair, checks=checks)
+
+    def measure_scale(self, views: Mapping[str, np.ndarray], ref: Reference | None,
+                      masks: Mapping[str, np.ndarray], samples: int = 6) -> float:
+        """The SIFT scale cross-view matching runs at: `detect_scale`, or measured on a few frames.
+
+        Half size costs a quarter of the time but on small or codec-blurred views it loses fine
+        texture and makes look-alike matches. Measured, not assumed from the height: the matches
+        that agree with the pair's reference F (within `gate`; all mutual matches where no F exists)
+        over `samples` frames of every pair; half size is taken only when it keeps >= 80 % of what
+        full size finds.
+        """
+        if not isinstance(self.cfg.detect_scale, str):
+            return float(self.cfg.detect_scale)
+        n = min(len(v) for v in views.values())
+        frames = sorted({round(x) for x in np.linspace(0, n - 1, min(samples, n))})
+        roles = sorted(r for r in views if ref is None or r not in ref.moving)
+        roles = roles if len(roles) >= 2 else sorted(views)
+        if len(roles) < 2:
+            return 1.0
+        found = {}
+        for scale in SCALES:
+            m = self.matcher(scale)
+            feats = {r: [m.detect(views[r][t], masks.get(r)) for t in frames] for r in roles}
+            count = 0
+            for a, b in combinations(roles, 2):
+                pair = ref.pairs.get(pair_key(a, b)) if ref is not None else None
+                for fa, fb in zip(feats[a], feats[b]):
+                    x0, x1 = m.match(fa, fb)
+                    count += int((sampson_distance(pair.F, x0, x1) <= self.cfg.gate).sum()) if pair is not None and \
+                        pair.F is not None else len(x0)
+            found[scale] = count
+        return 0.5 if found[1.0] and found[0.5] >= 0.8 * found[1.0] else 1.0
 
     # -- series
     def temporal(self, frames: np.ndarray, mask: np.ndarray | None = None, K: np.ndarray | None = None,
@@ -384,23 +461,25 @@ class SampsonError:
                 else:
                     score.notes[f"temporal:{role}"] = "fixed camera: no baseline between its frames, not scored"
         if self.cfg.crossview:
-            feats = {role: self.features(frames, masks.get(role)) for role, frames in views.items()}
+            scale = (ref.detect_scale if isinstance(self.cfg.detect_scale, str) and ref is not None and ref.detect_scale
+                     else self.measure_scale(views, ref, masks))
+            score.detect_scale = scale
+            matcher = self.matcher(scale)
+            feats = {role: self.features(frames, masks.get(role), scale=scale) for role, frames in views.items()}
             for a, b in combinations(sorted(views), 2):
                 name = f"{a}|{b}"
-                matcher = self.matcher(sizes[a])  # type: ignore[arg-type]
                 fixed = a not in moving and b not in moving
                 pair = ref.pairs.get(pair_key(a, b)) if ref is not None else None
                 if fixed and self.cfg.geometry != "selffit" and pair is not None and pair.F is not None:
                     score.crossview[name] = self.crossview_reference(feats[a], feats[b], pair.F, matcher, pair.mode, name)
-                elif fixed and self.cfg.geometry in ("calibrated", "reference"):
-                    s = SeriesScore(name, mode=self.cfg.geometry)
+                elif fixed and (self.cfg.geometry in ("calibrated", "reference") or (pair is not None and pair.reason)):
+                    # a reference that could not be had or failed its proof is never replaced by a self-fit
+                    s = SeriesScore(name, mode=self.cfg.geometry if pair is None else pair.mode)
                     s.skip("no_reference", len(self._frames(score.num_frames)))
                     score.crossview[name] = s
                     score.notes[f"crossview:{name}"] = (pair.reason if pair is not None and pair.reason else
                                                         "no reference geometry for this pair")
                 else:
-                    if fixed and pair is not None and pair.reason:
-                        score.notes[f"crossview:{name}"] = f"no reference ({pair.reason}); self-fit"
                     score.crossview[name] = self.crossview_selffit(feats[a], feats[b], fixed, matcher,
                                                                    sizes[a], sizes[b], name)  # type: ignore[arg-type]
         return score
