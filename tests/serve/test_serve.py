@@ -183,7 +183,7 @@ def test_a_bad_policy_label_is_refused_and_the_rollout_goes_on(server, label, wo
         urllib.request.urlopen(req, timeout=30)
     error = json.loads(e.value.read())["error"]
     assert e.value.code == 400 and "\n" not in error and re.search(words, error), error
-    assert server.world.rollout.policy == "good"  # the refused reset did not end the running rollout
+    assert server.world.rollouts[client.rollout].policy == "good"  # the refused reset left the rollout as it was
     client.step(policy(0))
     assert server.world.rollouts[client.rollout].chunks == 1
     client.end()

@@ -185,7 +185,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            raise Refused("the request body is not JSON (or nests too deep)") from None
+            raise Refused("the request body is not JSON") from None
         if not isinstance(body, dict):
             raise Refused("the request body must be a JSON object")
         return body
