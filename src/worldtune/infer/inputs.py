@@ -168,7 +168,8 @@ def _read_dataset(root: Path, split: str) -> InputSet:
             continue
         name, prompt, task = safe_name(row["clip_id"]), str(row.get("prompt") or ""), row.get("task")
         if row.get("views"):  # separate camera views: one clip per role
-            views = tuple((safe_name(role), inside(root, rel, f"{root}/manifest.parquet views")) for role, rel in json.loads(row["views"]).items())
+            views = tuple((safe_name(role), inside(root, rel, f"{root}/manifest.parquet views"))
+                          for role, rel in json.loads(row["views"]).items())
             if not all(f.is_file() for _, f in views):
                 out.skipped["view clip file missing"] += 1
                 continue

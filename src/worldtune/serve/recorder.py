@@ -4,8 +4,8 @@ instruction.
 Each episode is its own small LeRobot v3.0 dataset, `<record>/episode_NNNNNN/`, written by `LeRobotWriter`
 (the writer `worldtune trajectories` uses) into `.episode_NNNNNN.partial` and renamed when complete: a
 killed server leaves every finished episode whole and at most one `.partial` folder, which the next start
-deletes (`clean_partials`, before the model loads). (One growing dataset would have to rewrite its metadata after every episode, and a kill between
-two of those files would leave it inconsistent.) lerobot's dataset tools merge the folders into one.
+deletes (`clean_partials`, before the model loads). (One growing dataset would have to rewrite its metadata
+after every episode, and a kill between two of those files would leave it inconsistent.) lerobot's dataset tools merge the folders into one.
 
 Rows. A rollout of C chunks of K actions has 1 + C*K frames per camera: the first frame (as the model saw
 it) and K generated frames a chunk. Row t holds frame t and the action taken there (action k of a chunk

@@ -30,9 +30,9 @@ from worldtune.data.layout import Layout, SingleLayout, layout_from_dict
 from worldtune.errors import ConfigError, DatasetError, ServeError, WorldtuneError
 from worldtune.infer.dynamics import check_actions, forward_dynamics
 from worldtune.models.cosmos3_domains import ActionDomain, resolve_domain
+from worldtune.names import safe_names
 from worldtune.serve.cameras import CameraMap, check_stream_size, returned_size
 from worldtune.serve.judging import RolloutJudge, rollout_judge
-from worldtune.names import safe_names
 from worldtune.serve.protocol import Ended, Refused, check_policy, check_seed
 from worldtune.serve.recorder import EpisodeRecorder, Recording
 
@@ -194,7 +194,7 @@ class WorldModel:
         was stepped or nothing is recorded; the judge runs only on a recorded episode, after it is written, so its
         failure cannot cost the recording. When the write fails (a full disk), the rollout stays, ended, and the
         next `end` writes it: the one-line error says so (status 507)."""
-        if rid in self.ended and rid not in self.rollouts:  # ended by the server (idle) or by an end whose answer was lost
+        if rid in self.ended and rid not in self.rollouts:  # ended by the server (idle), or an end repeated
             return self.ended[rid][0]
         r = self._open(rid, "end")
         if r.recording is None or self.recorder is None:
