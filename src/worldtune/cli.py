@@ -174,8 +174,11 @@ def compare(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_confi
 @idm_app.command("train", **stage_command("idm"))
 def idm_train(ctx: typer.Context, config: Optional[str] = _CONFIG_ARG, print_config: bool = _PRINT) -> None:
     """Train an inverse-dynamics model (frames -> actions) on a LeRobot dataset, with a held-out report."""
-    cfg = _resolve(config, ctx, print_config, ("idm",))
-    _stage("worldtune.idm.train")(cfg)
+    from worldtune.train.preemption import PREEMPTION
+
+    with PREEMPTION.held(restore=not (ctx.obj or {}).get("program")):  # as train: a stop signal checkpoints, exits 42
+        cfg = _resolve(config, ctx, print_config, ("idm",))
+        _stage("worldtune.idm.train")(cfg)
 
 
 @app.command(**stage_command("trajectories", "idm", "model", also=" (model: with trajectories.labeller = cosmos3 only)"))

@@ -14,7 +14,12 @@ Reads top to bottom:
    decoded once, labelled by the IDM, and re-encoded from the decoded frames as they are
    (lossless by default, so the dataset's frames are the generated frames);
 4. rename the folder to `out`. A killed run leaves only the `.partial` folder, which the next
-   run deletes and rewrites (a clean restart: labelling costs less than generating).
+   run deletes and rewrites (a clean restart: labelling costs less than generating). A run holds
+   `.<out>.lock` beside `out` throughout, so a second run into the same folder is refused in one line.
+
+Names read from files become paths only through `worldtune.names`: the IDM's camera keys (folder names of
+the written dataset) are made safe names, and the videos generations.jsonl lists are read only inside the
+generation folder.
 
 Each episode carries columns a user filters by: `is_synthetic`, `source/model`, `source/adapter`,
 `source/seed`, `source/prompt`, `source/params_hash` (and the input's name and video), and
@@ -41,6 +46,8 @@ from worldtune.idm.data import action_names, check_cameras, read_actions
 from worldtune.idm.cosmos3 import Cosmos3Labeler
 from worldtune.idm.label import ActionLabeler
 from worldtune.infer.views import layout_roles
+from worldtune.lock import OutputLock
+from worldtune.names import inside, safe_names
 
 PROVENANCE = "meta/worldtune_trajectories.json"
 SOURCE_COLUMNS = ("model", "adapter", "seed", "prompt", "params_hash", "name", "video")
@@ -78,15 +85,16 @@ def camera_roles(info: dict[str, Any], labeler: ActionLabeler, folder: Path) -> 
 def view_files(row: dict[str, Any], roles: list[str], folder: Path, layout: dict[str, Any] | None) -> dict[str, Path]:
     """{role: mp4} of one generated video; a multi-camera layout needs the per-camera views."""
     key = f"{row['model']}/{row['name']}/s{row.get('seed')}"
+    where = f"{folder / 'generations.jsonl'} ({key})"
     if not layout_roles(layout):
-        files = {roles[0]: folder / str(row["video"])}
+        files = {roles[0]: inside(folder, row["video"], f"{where} video")}
     else:
         views = row.get("views") or {}
         missing = [r for r in roles if r not in views]
         if missing:
             raise DatasetError(f"{folder / 'generations.jsonl'}: {key} has no camera views {missing} for its "
                                f"{layout.get('type')} layout: regenerate with generate.split_views = true")
-        files = {r: folder / str(views[r]) for r in roles}
+        files = {r: inside(folder, views[r], f"{where} views") for r in roles}
     for f in files.values():
         if not f.is_file():
             raise DatasetError(f"{f} is missing ({key} in {folder / 'generations.jsonl'}): the generation folder is "
@@ -159,13 +167,15 @@ class TrajectoryExport:
         if tc.labeller == "idm":
             self.labeler = idm = ActionLabeler.load(tc.idm, tc.device, cfg.idm.label_batch)
             self.roles = camera_roles(self.info, idm, self.folder)
-            self.keys = {r: idm.meta["cameras"][r] for r in self.roles}  # role -> dataset camera key
+            # role -> dataset camera key: a folder name of the written dataset, so made safe
+            self.keys = safe_names({r: idm.meta["cameras"][r] for r in self.roles}, f"{tc.idm} idm.json cameras")
             self.action_key, self.resize = idm.meta["action_key"], idm.meta.get("resize", "pad")
             self.robot_type, self.trained_on = idm.meta["dataset"].get("robot_type"), idm.meta["dataset"]["path"]
         else:
             cameras = prepared_cameras(tc.cosmos3.dataset or self.info.get("dataset"))
             self.roles = layout_roles(self.layout) or list(cameras)[:1]
-            self.keys = {r: cameras.get(r, f"observation.images.{r}") for r in self.roles}
+            self.keys = safe_names({r: cameras.get(r, f"observation.images.{r}") for r in self.roles},
+                                   "the prepared dataset's info.json cameras")
         self.rows = self._select(rows)
         self.files = [view_files(r, self.roles, self.folder, self.layout) for r in self.rows]
         self.fps = self._fps()
@@ -227,11 +237,19 @@ class TrajectoryExport:
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, Any]:
+        """Write the dataset, holding `.<out>.lock` beside it: a second run into the same folder is refused in one
+        line rather than deleting the first one's `.partial` folder under it."""
+        with OutputLock(self.out.parent, "trajectories", name=f".{self.out.name}.lock"):
+            if self.out.exists():  # finished by another run since this one was set up
+                raise DatasetError(f"{self.out} already exists: trajectories.out must name a new folder "
+                                   f"(delete it or choose another)")
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         t0 = time.time()
         tmp = self.out.parent / f".{self.out.name}.partial"
-        if tmp.exists():  # left by a killed run: start clean
+        if tmp.exists():  # left by a killed run (the lock says none is live): start clean
             shutil.rmtree(tmp)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
         from worldtune.data.video import probe
 
         sizes = {self.keys[r]: (probe(f).height, probe(f).width) for r, f in self.files[0].items()}
@@ -290,7 +308,7 @@ class TrajectoryExport:
         else:  # Cosmos 3 sees the packed video it generates (the grid of cameras as one frame)
             from worldtune.data.video import read_frames
 
-            packed = read_frames(self.folder / str(row["video"]))
+            packed = read_frames(inside(self.folder, row["video"], f"{self.folder / 'generations.jsonl'} video"))
             n = min(n, len(packed))
             actions = self.labeler.label_video(packed[:n], task)[:n]
         columns: dict[str, Any] = {f"source/{c}": row.get(c) for c in SOURCE_COLUMNS}

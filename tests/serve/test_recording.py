@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from worldtune.data.lerobot import LeRobotDataset
-from worldtune.serve.recorder import EpisodeRecorder
+from worldtune.errors import OutputError
+from worldtune.serve.recorder import EpisodeRecorder, Recording, clean_partials
 
 SIZES = {"wrist": (16, 24)}
 KEYS = {"wrist": "observation.images.wrist"}
@@ -24,35 +25,34 @@ def _recorder(folder: Path) -> EpisodeRecorder:
     return EpisodeRecorder(folder, 15, KEYS, SIZES, ["a0", "a1"])
 
 
-def _episode(rec: EpisodeRecorder, chunks: int) -> None:
+def _episode(rec: EpisodeRecorder, chunks: int) -> Recording:
     rng = np.random.default_rng(chunks)
-    rec.start({"wrist": rng.integers(0, 255, (1, 16, 24, 3), dtype=np.uint8)}, "task", {"source/seed": 0})
+    recording = rec.start({"wrist": rng.integers(0, 255, (1, 16, 24, 3), dtype=np.uint8)}, "task", {"source/seed": 0})
     for _ in range(chunks):
-        rec.add({"wrist": rng.integers(0, 255, (4, 16, 24, 3), dtype=np.uint8)}, rng.normal(size=(4, 2)))
+        recording.add({"wrist": rng.integers(0, 255, (4, 16, 24, 3), dtype=np.uint8)}, rng.normal(size=(4, 2)))
+    return recording
 
 
 def test_a_failed_write_leaves_finished_episodes_whole(tmp_path, monkeypatch):
     from worldtune.data import lerobot_writer
 
     rec = _recorder(tmp_path)
-    _episode(rec, 2)
-    first = rec.finish()
-    assert first is not None and first.name == "episode_000000"
-    _episode(rec, 1)
+    first = rec.write(_episode(rec, 2))[0]
+    assert first.name == "episode_000000"
+    second = _episode(rec, 1)
     monkeypatch.setattr(lerobot_writer.LeRobotWriter, "finish", lambda self: (_ for _ in ()).throw(OSError("disk")))
-    with pytest.raises(OSError):
-        rec.finish()
+    with pytest.raises(OutputError, match="disk"):
+        rec.write(second)
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["episode_000000"]
     (tmp_path / ".episode_000001.partial" / "meta").mkdir(parents=True)  # what a kill -9 mid-write leaves
-    rec = _recorder(tmp_path)
+    clean_partials(tmp_path)  # what a server's start does
     assert sorted(p.name for p in tmp_path.iterdir()) == ["episode_000000"]
     ds = LeRobotDataset(first)
     assert len(ds) == 1 and ds.episodes[0].length == 9
-    _episode(rec, 1)
-    assert rec.finish().name == "episode_000001"
-    _episode(rec, 0)
-    assert rec.finish() is None  # a rollout without a step has nothing to record
+    assert rec.write(second)[0].name == "episode_000001"  # the failed recording, written again whole
+    assert LeRobotDataset(tmp_path / "episode_000001").episodes[0].length == 5
+    assert rec.write(_episode(rec, 0)) is None  # a rollout without a step has nothing to record
 
 
 def test_sigterm_records_the_running_rollout(tiny_cosmos3_dir, tmp_path):

@@ -116,7 +116,7 @@ def test_each_chunk_starts_from_the_last_generated_frame(server):
     client, world = Client(server.url), server.world
     client.reset(_first_frames(), TASK, seed=7)
     first = client.step(policy(0))
-    last = world.rollout.streams[0].copy()  # the whole grid frame, whose cells the client got as chunk 1's last
+    last = world.rollouts[client.rollout].streams[0].copy()  # the whole grid frame, whose cells the client got as chunk 1's last
     assert all(np.array_equal(world.cameras.to_cameras([last[None]])[r][0], first[r][-1]) for r in ROLES)
     second = client.step(policy(1))
     client.end()
@@ -139,7 +139,7 @@ def test_a_malformed_action_is_refused_and_the_rollout_goes_on(server, actions, 
         client.step(actions)
     assert "\n" not in str(e.value)
     frames = client.step(policy(0))  # the next valid step still works, as the first chunk of the rollout
-    assert frames["wrist"].shape == (K, 32, 56, 3) and server.world.rollout.chunks == 1
+    assert frames["wrist"].shape == (K, 32, 56, 3) and server.world.rollouts[client.rollout].chunks == 1
     client.end()
 
 
@@ -159,7 +159,7 @@ def test_bad_requests_get_one_line_errors(server):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=30)
     assert e.value.code == 400 and json.loads(e.value.read())["error"] == "the request body is not JSON"
-    assert Client(server.url).info()["episode_active"] is False  # still serving
+    assert Client(server.url).info()["rollouts"] == 0  # still serving
 
 
 @pytest.mark.parametrize("label, words", [
@@ -183,9 +183,9 @@ def test_a_bad_policy_label_is_refused_and_the_rollout_goes_on(server, label, wo
         urllib.request.urlopen(req, timeout=30)
     error = json.loads(e.value.read())["error"]
     assert e.value.code == 400 and "\n" not in error and re.search(words, error), error
-    assert server.world.rollout.policy == "good"  # the refused reset did not end the running rollout
+    assert server.world.rollouts[client.rollout].policy == "good"  # the refused reset left the rollout as it was
     client.step(policy(0))
-    assert server.world.rollout.chunks == 1
+    assert server.world.rollouts[client.rollout].chunks == 1
     client.end()
 
 

@@ -85,6 +85,12 @@ class ServeConfig(Section):
                                "dataset per episode); None = do not record")
     lossless: bool = Field(True, description="lossless video in the recorded episodes")
     device: str = Field("auto", description="auto = cuda when available, else cpu")
+    max_rollouts: int = Field(8, description="rollouts open at once (each client's reset opens one); a reset beyond "
+                              "gets status 503. Each holds its frames in memory until it ends")
+    idle_timeout: float = Field(600.0, description="seconds without a step after which the server ends (and records) "
+                                "a rollout")
+    request_timeout: float = Field(60.0, description="seconds a client has to send a whole request; a stalled or "
+                                   "idle connection is closed after this long")
     judge: ServeJudgeConfig = Field(default_factory=ServeJudgeConfig, description="score each recorded rollout "
                                     "with a VLM judge (success, progress) when serve.judge.endpoint is set")
 
@@ -106,4 +112,7 @@ class ServeConfig(Section):
                 raise ValueError(f"serve.{side} must be a positive multiple of 16, got {v}")
         if self.fps is not None and self.fps <= 0:
             raise ValueError(f"serve.fps must be > 0, got {self.fps}")
+        for name in ("max_rollouts", "idle_timeout", "request_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"serve.{name} must be > 0, got {getattr(self, name)}")
         return self

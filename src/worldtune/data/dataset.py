@@ -39,7 +39,9 @@ def read_clip_frames(root: str | Path, row: dict[str, Any]) -> np.ndarray:
 
     if not row.get("video"):
         raise DatasetError(f"clip {row.get('clip_id')} has separate views; this model takes one packed video")
-    return read_frames(Path(root) / row["video"])
+    from worldtune.names import inside
+
+    return read_frames(inside(root, row["video"], f"{root}: clip {row.get('clip_id')} video"))
 
 
 class ShardedSampler:

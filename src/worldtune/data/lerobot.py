@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from worldtune.data.video import probe, read_frames
 from worldtune.errors import DatasetError
+from worldtune.names import inside
 
 PLAIN_CAMERA = "video"
 SUCCESS_KEYS = ("is_episode_successful", "success", "episode_success")
@@ -162,8 +163,9 @@ class LeRobotDataset:
             ep = Episode(idx, _number(rec.get("length"), int, where, "length") or 0, tasks, _success_of(rec))
             for key in self.cameras:
                 if template:
-                    p = self.root / template.format(episode_chunk=idx // chunk, episode_index=idx, video_key=key,
-                                                    chunk_index=idx // chunk, file_index=idx)
+                    p = inside(self.root, template.format(episode_chunk=idx // chunk, episode_index=idx, video_key=key,
+                                                          chunk_index=idx // chunk, file_index=idx),
+                               f"{self.root / 'meta' / 'info.json'} video_path")
                     if p.is_file():
                         ep.spans[key] = VideoSpan(p)
             eps.append(ep)
@@ -205,7 +207,8 @@ class LeRobotDataset:
                     if not all(c in cols and cols[c][r] is not None for c in need):
                         continue
                     ci, fi, t0, t1 = (cols[c][r] for c in need)
-                    p = self.root / template.format(video_key=key, chunk_index=int(ci), file_index=int(fi))
+                    p = inside(self.root, template.format(video_key=key, chunk_index=int(ci), file_index=int(fi)),
+                               f"{self.root / 'meta' / 'info.json'} video_path")
                     if p.is_file():
                         ep.spans[key] = VideoSpan(p, float(t0), float(t1))
                 eps.append(ep)

@@ -46,6 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from worldtune.errors import EvaluationError
+from worldtune.names import inside
 
 FORMAT = "worldtune.eval"
 VERSION = 1
@@ -134,19 +135,23 @@ def collect_entries(runs: Sequence[str | Path], max_videos: int | None = None) -
         ref_label = REFERENCE if len(with_truth) <= 1 else f"{REFERENCE}:{root.name}"
         rows = sorted(rows, key=lambda r: (str(r["model"]), str(r["name"]), r.get("seed") or 0))[:max_videos]
         layout = info.get("layout")
+        where = f"{root / 'generations.jsonl'}"
         for row in rows:
             label = str(row["model"])
             if len(label_runs[label]) > 1:
                 label = f"{root.name}/{label}"
             entries.append(Entry(model=label, name=str(row["name"]), seed=row.get("seed"), run=str(root),
-                                 video=root / row["video"], views={k: root / v for k, v in (row.get("views") or {}).items()},
+                                 video=inside(root, row["video"], f"{where} video"),
+                                 views={k: inside(root, v, f"{where} views") for k, v in (row.get("views") or {}).items()},
                                  layout=layout, instruction=row.get("instruction"), prompt=row.get("prompt"),
                                  baseline=bool(row.get("baseline")), description=row.get("description")))
             gt = row.get("ground_truth")
             if gt and str((root / gt).resolve()) not in refs:
                 refs[str((root / gt).resolve())] = Entry(
-                    model=ref_label, name=str(row["name"]), seed=None, run=str(root), video=root / gt,
-                    views={k: root / v for k, v in (row.get("ground_truth_views") or {}).items()},
+                    model=ref_label, name=str(row["name"]), seed=None, run=str(root),
+                    video=inside(root, gt, f"{where} ground_truth"),
+                    views={k: inside(root, v, f"{where} ground_truth_views")
+                           for k, v in (row.get("ground_truth_views") or {}).items()},
                     layout=layout, instruction=row.get("instruction"), prompt=row.get("prompt"))
         summary.append({"path": str(root), "videos": len(rows), "fps": info.get("fps"), "layout": layout,
                         "dataset": info.get("dataset"),

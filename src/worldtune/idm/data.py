@@ -12,7 +12,9 @@ labelling pads them, so every frame of an episode is a valid window start.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -68,9 +70,7 @@ def read_actions(ds: LeRobotDataset, key: str) -> dict[int, np.ndarray]:
         t = pq.read_table(f, columns=["episode_index", "frame_index", key])
         eps = t.column("episode_index").to_numpy()
         frames = t.column("frame_index").to_numpy()
-        acts = np.asarray(t.column(key).to_pylist(), np.float32)
-        if acts.ndim == 1:
-            acts = acts[:, None]
+        acts = action_rows(t.column(key).to_pylist(), eps, frames, f"{f}: the '{key}'")
         for e in np.unique(eps):
             m = eps == e
             parts.setdefault(int(e), []).append((frames[m], acts[m]))
@@ -80,6 +80,39 @@ def read_actions(ds: LeRobotDataset, key: str) -> dict[int, np.ndarray]:
         acts = np.concatenate([c[1] for c in chunks])
         out[e] = acts[np.argsort(frames, kind="stable")]
     return out
+
+
+def action_rows(values: list[Any], episodes: np.ndarray, frames: np.ndarray, what: str) -> np.ndarray:
+    """A parquet action column as [N, D] float32. Every row must be D finite numbers: a NaN or an infinity would
+    become the NaN mean and std that normalise every label, and a short, empty or text row means the file is
+    damaged, so the first bad row is named (`what`, its episode and frame) in one line."""
+    try:
+        acts = np.asarray(values, np.float32)
+    except (TypeError, ValueError):
+        acts = None
+    if acts is None or acts.ndim not in (1, 2):
+        lengths = Counter(len(v) for v in values if _numbers(v))
+        width = lengths.most_common(1)[0][0] if lengths else 0
+        for i, v in enumerate(values):
+            why = ("is empty" if v is None else "is not a list of numbers" if not _numbers(v)
+                   else f"has {len(v)} numbers, the others have {width}" if len(v) != width else None)
+            if why:
+                raise DatasetError(f"{what} row of episode {episodes[i]}, frame {frames[i]} {why}: fix that row or "
+                                   f"drop its episode")
+        raise DatasetError(f"{what} column is not one number or one list of numbers a row: fix the dataset")
+    if acts.ndim == 1:
+        acts = acts[:, None]
+    bad = np.flatnonzero(~np.isfinite(acts).all(1))
+    if len(bad):
+        i = int(bad[0])
+        raise DatasetError(f"{what} row of episode {episodes[i]}, frame {frames[i]} is not finite "
+                           f"({acts[i].tolist()}; {len(bad)} such rows): fix or drop those episodes; the IDM would "
+                           "learn NaN statistics and label with them")
+    return acts
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
 
 
 def check_cameras(ds: LeRobotDataset, cameras: dict[str, str]) -> None:

@@ -9,7 +9,8 @@ write the model (`<out>/idm/`) and `idm_report.json`.
 The run machinery is the DiT trainer's: `Dist` (one process or torchrun; gradients averaged by
 DDP), `ShardedSampler` (the global batch is the same sequence of windows for any number of
 processes, and its position is two integers a checkpoint stores), `CheckpointManager` (atomic,
-rotated, exact resume), metrics.jsonl and a progress bar.
+rotated, exact resume; metrics.jsonl cut back to the resumed step), `OutputLock` (one run per
+folder), `PREEMPTION` (SIGTERM or SIGUSR1: checkpoint at the next step, exit 42) and a progress bar.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from __future__ import annotations
 import json
 import math
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import typer
 
+from worldtune.atomic import append_jsonl, rewrite_jsonl
 from worldtune.config import WorldtuneConfig, dump_config
 from worldtune.data.dataset import ShardedSampler
 from worldtune.data.lerobot import LeRobotDataset
@@ -30,7 +34,9 @@ from worldtune.errors import CheckpointError, DatasetError
 from worldtune.idm.data import ActionEpisode, action_names, load_episodes, split_episodes
 from worldtune.idm.label import ActionLabeler, resolve_device
 from worldtune.idm.model import InverseDynamicsModel, architecture, save_idm, window_indices
+from worldtune.lock import OutputLock
 from worldtune.train.checkpoint import CheckpointManager, set_rng_state
+from worldtune.train.preemption import PREEMPTION, REQUEUE_EXIT_CODE
 from worldtune.train.trainer import Dist
 
 REPORT = "idm_report.json"
@@ -211,15 +217,38 @@ class IdmTrainer:
 
     def _log(self, row: dict[str, Any]) -> None:
         if self.dist.main:
-            with open(self.out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_jsonl(self.out / "metrics.jsonl", row)
+
+    def _stop_if_asked(self, saved: int | None) -> None:
+        """A safe point: after a stop signal (SIGTERM, SIGUSR1), save this step's checkpoint unless `saved` (the
+        step last checkpointed) is this one, say so in one line and exit with the code launchers requeue."""
+        if not self.dist.any(PREEMPTION.requested):
+            return
+        if self.step == 0:
+            what = "nothing trained yet, nothing to save"
+        elif saved == self.step:
+            what = f"checkpoint of step {self.step} already saved"
+        else:
+            what = f"checkpoint {self.save()} saved"
+        if self.dist.main:
+            print(f"stopped by {PREEMPTION.signal or 'a signal to another process'} at step {self.step}: {what}; run "
+                  "the same command with --idm.resume auto to continue", flush=True)
+        raise typer.Exit(REQUEUE_EXIT_CODE)
 
     def fit(self) -> dict[str, Any]:
-        ic = self.ic
+        """Train to `idm.steps`, holding the run folder's lock (one live run per folder) and noting stop signals."""
         self.out.mkdir(parents=True, exist_ok=True)
+        lock = OutputLock(self.out, "idm") if self.dist.main else nullcontext()
+        with PREEMPTION.held(), lock:
+            return self._fit()
+
+    def _fit(self) -> dict[str, Any]:
+        ic = self.ic
         source = self.ckpt.resolve(ic.resume)
         if source is not None:
             self.resume(source)
+            if self.dist.main and (self.out / "metrics.jsonl").exists():  # rows past the checkpoint are redone
+                rewrite_jsonl(self.out / "metrics.jsonl", lambda r: isinstance(r, dict) and r.get("step", 0) <= self.step)
         elif self.dist.main and (self.out / "metrics.jsonl").exists():
             if self.ckpt.complete():
                 raise CheckpointError(f"{self.out} already holds checkpoints of an IDM run: pass --idm.resume auto to "
@@ -228,6 +257,8 @@ class IdmTrainer:
         if self.dist.main:
             (self.out / "config.toml").write_text(dump_config(self.cfg.idm))
         t_start, first, last = time.time(), None, None
+        saved = self.step if source is not None else None
+        self._stop_if_asked(saved)  # a signal while the episodes loaded
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         cols = [TextColumn("idm"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -243,6 +274,8 @@ class IdmTrainer:
                 bar.update(task, completed=self.step, info=f"loss {row['loss']:.4f} {row['step_time'] * 1e3:.0f} ms/step")
                 if ic.checkpoint.every and self.step % ic.checkpoint.every == 0 and self.step < ic.steps:
                     self.save()
+                    saved = self.step
+                self._stop_if_asked(saved)
         final = self.save()
         summary: dict[str, Any] = {"run": str(self.out), "steps": self.step, "first_loss": first, "last_loss": last,
                                    "checkpoint": str(final) if final else None,
@@ -282,5 +315,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def run(cfg: WorldtuneConfig) -> dict[str, Any]:
-    """Entry point of `worldtune idm train`."""
-    return IdmTrainer(cfg).fit()
+    """Entry point of `worldtune idm train`: stop signals are noted while the episodes load, too (the CLI holds
+    them from its first instruction)."""
+    with PREEMPTION.held():
+        return IdmTrainer(cfg).fit()

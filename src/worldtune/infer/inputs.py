@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from worldtune.errors import DatasetError, GenerationError
-from worldtune.names import safe_name
+from worldtune.names import inside, safe_name
 
 Mode = Literal["image2world", "video2world", "text2world"]
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
@@ -168,15 +168,16 @@ def _read_dataset(root: Path, split: str) -> InputSet:
             continue
         name, prompt, task = safe_name(row["clip_id"]), str(row.get("prompt") or ""), row.get("task")
         if row.get("views"):  # separate camera views: one clip per role
-            views = tuple((safe_name(role), root / rel) for role, rel in json.loads(row["views"]).items())
+            views = tuple((safe_name(role), inside(root, rel, f"{root}/manifest.parquet views"))
+                          for role, rel in json.loads(row["views"]).items())
             if not all(f.is_file() for _, f in views):
                 out.skipped["view clip file missing"] += 1
                 continue
             out.items.append(GenerationInput(name, prompt, instruction=task, views=views))
             continue
-        video = root / str(row["video"])
+        video = inside(root, str(row["video"]), f"{root}/manifest.parquet video")
         if not video.is_file():
-            first = root / "first_frames" / f"{row['clip_id']}.png"  # `prepare --cache` keeps only first frames
+            first = root / "first_frames" / f"{name}.png"  # `prepare --cache` keeps only first frames
             if first.is_file():
                 out.items.append(GenerationInput(name, prompt, image=first, instruction=task))
             else:

@@ -15,7 +15,10 @@ then the `serve` settings. How cameras map to model frames is in `serve/cameras.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +27,26 @@ import torch
 
 from worldtune.config import ServeConfig, WorldtuneConfig
 from worldtune.data.layout import Layout, SingleLayout, layout_from_dict
-from worldtune.errors import ConfigError, DatasetError, ServeError
+from worldtune.errors import ConfigError, DatasetError, ServeError, WorldtuneError
 from worldtune.infer.dynamics import check_actions, forward_dynamics
 from worldtune.models.action_dynamics import ActionDomain
 from worldtune.models.family import action_dynamics, family_of, pipeline_dynamics
+from worldtune.names import safe_names
 from worldtune.serve.cameras import CameraMap, check_stream_size, returned_size
 from worldtune.serve.judging import RolloutJudge, rollout_judge
-from worldtune.serve.protocol import Ended, check_policy
-from worldtune.serve.recorder import EpisodeRecorder
+from worldtune.serve.protocol import Ended, Refused, check_policy, check_seed
+from worldtune.serve.recorder import EpisodeRecorder, Recording
 
 DEFAULT_FPS = 15.0  # DROID's rate, NVIDIA's forward-dynamics recipe
 SINGLE_ROLE = "image"  # the camera's name when no layout is given
+MAX_SCALE = 4  # a camera frame may be this many times the model frame's side (beyond that it is only shrunk)
+UNSIZED_SIDE = 4096  # the longest camera frame side before the model frame's size is known
+REQUEST_SLACK = 1 << 20  # bytes of a request besides its frames: JSON, instruction, an action chunk as text
+ENDED_MEMORY = 1024  # ended rollouts remembered, so a late step says "ended" and a repeated end gets its answer
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 @dataclass
@@ -56,24 +68,28 @@ class ActionSpace:
 
 @dataclass
 class Rollout:
-    """The running rollout: the last frame of every model stream and where the seed is."""
+    """One running rollout: the last frame of every model stream, where the seed is, and its recording."""
 
     instruction: str
     seed: int
     streams: list[np.ndarray]
     chunks: int = 0
     policy: str | None = None  # the label the policy gave at reset, written with the recording and its verdict
+    recording: Recording | None = None  # None: the server does not record
+    used: float = field(default_factory=time.monotonic)  # the last reset or step, for serve.idle_timeout
+    unwritten: str | None = None  # why its recording failed (it stays, to be written by the next `end`)
 
 
 class WorldModel:
-    """One loaded model, one rollout at a time (callers serialise access)."""
+    """One loaded model and the rollouts of every client, each under the id its `reset` returned (callers
+    serialise access: the model runs one chunk at a time)."""
 
     def __init__(self, pipe, actions: ActionSpace, layout: Layout, size: tuple[int, int] | None, fps: float,
                  sc: ServeConfig, keys: dict[str, str], model_label: str, record: str | None = None,
                  tier: int | None = None, view_point: str | None = None, judge: RolloutJudge | None = None) -> None:
         self.pipe, self.actions, self.layout, self.fps, self.sc = pipe, actions, layout, fps, sc
         self.judge = judge  # scores each recorded rollout at its end; None: no judging
-        self.keys = keys  # role -> camera key in the recorded episodes
+        self.keys = safe_names(keys, "the camera keys")  # role -> camera key in the recorded episodes (a folder name)
         self.model_label, self.record = model_label, record
         self.tier = tier  # None: chosen from the frame size (the smallest tier whose canvas holds it)
         self.view_point = view_point or ("concat_view" if layout.kind == "grid" else "ego_view")
@@ -81,7 +97,8 @@ class WorldModel:
         self.recorder: EpisodeRecorder | None = None
         if size is not None:
             self._fix_size(*size)
-        self.rollout: Rollout | None = None
+        self.rollouts: dict[str, Rollout] = {}
+        self.ended: OrderedDict[str, tuple[Ended, str]] = OrderedDict()  # rollouts the server ended: (answer, why)
 
     # ------------------------------------------------------------------ facts
     def info(self) -> dict[str, Any]:
@@ -95,39 +112,60 @@ class WorldModel:
                 "camera_sizes": {r: list(s) for r, s in sizes.items()} if sizes else None,
                 "layout": self.layout.to_dict(), "fps": self.fps, "steps": self.sc.steps,
                 "guidance": self.sc.guidance, "tier": self.tier, "view_point": self.view_point,
-                "record": self.record, "episode_active": self.rollout is not None,
+                "record": self.record, "rollouts": len(self.rollouts), "max_rollouts": self.sc.max_rollouts,
+                "idle_timeout": self.sc.idle_timeout, "max_frame_side": self.max_frame_side,
+                "max_request_bytes": self.max_request_bytes,
                 "judge": self.judge.info() if self.judge is not None else None}
 
-    # ------------------------------------------------------------------ rollout
-    def reset(self, frames: dict[str, np.ndarray], instruction: str, seed: int,
-              policy: str | None = None) -> dict[str, np.ndarray]:
-        """Start a rollout (recording the running one first); returns every camera's first frame as the model
-        sees it, {role: [h, w, 3]}. `policy` labels the rollout's recording (`serve/ranking.py` groups by it).
-        Every argument is checked before the running rollout is ended, so a refused reset leaves it running."""
+    @property
+    def max_frame_side(self) -> int:
+        """The longest side of a camera frame `reset` takes: MAX_SCALE times the model frame's longest side (a
+        larger frame would only be shrunk), or UNSIZED_SIDE before the size is known."""
+        return MAX_SCALE * max(self.cameras.height, self.cameras.width) if self.cameras else UNSIZED_SIDE
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request body: a `reset` with every camera's largest frame, in base64, plus room for the rest."""
+        frame = self.max_frame_side ** 2 * 3
+        return len(self.layout.roles) * (frame * 4 // 3 + 4) + REQUEST_SLACK
+
+    # ------------------------------------------------------------------ rollouts
+    def reset(self, frames: dict[str, np.ndarray], instruction: str, seed: Any,
+              policy: str | None = None) -> tuple[str, dict[str, np.ndarray]]:
+        """Start a rollout; (its id, every camera's first frame as the model sees it, {role: [h, w, 3]}). `policy`
+        labels the rollout's recording (`serve/ranking.py` groups by it). Every argument is checked first."""
         frames = self._by_role(frames)
         policy = check_policy(policy)
         if not isinstance(instruction, str) or not instruction.strip():
             raise ServeError("reset: give the task instruction as a non-empty string")
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ServeError(f"reset: seed {seed!r} is not a non-negative integer")
+        seed = check_seed(seed)
+        self._check_frames(frames)
+        if len(self.rollouts) >= self.sc.max_rollouts:
+            waiting = sum(r.unwritten is not None for r in self.rollouts.values())
+            raise Refused(f"reset: {len(self.rollouts)} rollouts are open (serve.max_rollouts = {self.sc.max_rollouts}"
+                          + (f", {waiting} waiting to be recorded" if waiting else "") + "): end one, or retry later",
+                          503)
         if self.cameras is None:  # no configured size: the first camera's frame, fitted to the tier
             h, w = next(iter(frames.values())).shape[:2]
             self._fix_size(*returned_size(h, w, self.tier or _smallest_tier(h, w)))
+            self._check_frames(frames)
         assert self.cameras is not None
         streams = self.cameras.to_streams(frames)
-        self.end()
-        self.rollout = Rollout(instruction, seed, streams, policy=policy)
+        rid = secrets.token_hex(8)
+        rollout = self.rollouts[rid] = Rollout(instruction, seed, streams, policy=policy)
         first = self.cameras.to_cameras([s[None] for s in streams])
         if self.recorder is not None:
             labels = {"source/policy": policy} if policy is not None else {}  # no column of nulls when unlabelled
-            self.recorder.start(first, instruction, {"source/model": self.model_label, "source/seed": seed,
-                                                     "source/adapter": self.sc.adapter, **labels})
-        return {r: f[0] for r, f in first.items()}
+            rollout.recording = self.recorder.start(first, instruction, {
+                "source/model": self.model_label, "source/seed": seed, "source/adapter": self.sc.adapter, **labels})
+        return rid, {r: f[0] for r, f in first.items()}
 
-    def step(self, actions: Any) -> dict[str, np.ndarray]:
-        """Generate one chunk: {role: [K, h, w, 3]}, the frames after each of the K actions."""
-        if self.rollout is None:
-            raise ServeError("step before reset: start a rollout with reset(first frames, instruction, seed)")
+    def step(self, rid: str, actions: Any) -> dict[str, np.ndarray]:
+        """Generate one chunk of rollout `rid`: {role: [K, h, w, 3]}, the frames after each of the K actions."""
+        r = self._open(rid, "step")
+        if r.unwritten is not None:
+            raise Refused(f"step: rollout {rid} has ended and waits to be recorded ({r.unwritten}): call end again",
+                          409)
         try:
             raw = check_actions(actions, self.actions.domain)
         except ConfigError as e:
@@ -139,36 +177,95 @@ class WorldModel:
         if not np.isfinite(model_actions).all():
             raise ServeError("step: the actions are outside what the normalisation can scale (not finite after "
                              "scaling)")
-        r = self.rollout
         videos = [forward_dynamics(self.pipe, s, model_actions, self.actions.domain, r.instruction,
                                    seed=r.seed + r.chunks, steps=self.sc.steps, guidance=self.sc.guidance,
                                    tier=self.tier, view_point=self.view_point, fps=self.fps)
                   for s in r.streams]
         r.streams = [v[-1] for v in videos]
         r.chunks += 1
+        r.used = time.monotonic()
         assert self.cameras is not None
         out = self.cameras.to_cameras([v[1:] for v in videos])
-        if self.recorder is not None:
-            self.recorder.add(out, raw)
+        if r.recording is not None:
+            r.recording.add(out, raw)
         return out
 
-    def end(self) -> Ended:
-        """End the running rollout: record it, then (with a judge) score the recording. `recorded` is None when
-        nothing was stepped or nothing is recorded; the judge runs only on a recorded episode, after it is
-        written, so its failure cannot cost the recording."""
-        if self.rollout is None:
-            return Ended()
-        ended, self.rollout = self.rollout, None
-        if self.recorder is None:
-            return Ended()
-        recorded = self.recorder.finish()
-        written = self.recorder.take_written()  # taken even without a judge, so the frames are let go
-        if recorded is None:
-            return Ended()
-        verdict = self.judge(recorded, ended.instruction, written, ended.policy) if self.judge is not None else None
-        return Ended(str(recorded), verdict)
+    def end(self, rid: str) -> Ended:
+        """End rollout `rid`: record it, then (with a judge) score the recording. `recorded` is None when nothing
+        was stepped or nothing is recorded; the judge runs only on a recorded episode, after it is written, so its
+        failure cannot cost the recording. When the write fails (a full disk), the rollout stays, ended, and the
+        next `end` writes it: the one-line error says so (status 507)."""
+        if rid in self.ended and rid not in self.rollouts:  # ended by the server (idle), or an end repeated
+            return self.ended[rid][0]
+        r = self._open(rid, "end")
+        if r.recording is None or self.recorder is None:
+            ended = Ended(rollout=rid)
+        else:
+            try:
+                written = self.recorder.write(r.recording)
+            except WorldtuneError as e:
+                r.unwritten = str(e)
+                raise Refused(f"end: rollout {rid} is not recorded yet ({e}); it is kept: free space or fix the "
+                              "folder, then call end again", 507) from None
+            if written is None:
+                ended = Ended(rollout=rid)
+            else:
+                folder, frames = written
+                verdict = self.judge(folder, r.instruction, frames, r.policy) if self.judge is not None else None
+                ended = Ended(str(folder), verdict, rid)
+        del self.rollouts[rid]
+        self._remember(rid, ended, "ended")
+        return ended
+
+    def end_idle(self, now: float | None = None) -> list[tuple[str, Ended | str]]:
+        """End every rollout idle for longer than serve.idle_timeout: [(id, its Ended or why it is not recorded)]."""
+        now = time.monotonic() if now is None else now
+        idle = [rid for rid, r in self.rollouts.items()
+                if r.unwritten is None and now - r.used > self.sc.idle_timeout]
+        done = self._end_each(idle)
+        for rid, ended in done:
+            if isinstance(ended, Ended):
+                self._remember(rid, ended, f"ended after {self.sc.idle_timeout:g} s without a step")
+        return done
+
+    def end_all(self) -> list[tuple[str, Ended | str]]:
+        """End every rollout (the server stops): [(id, its Ended or why it is not recorded)]."""
+        return self._end_each(list(self.rollouts))
 
     # ------------------------------------------------------------------ helpers
+    def _end_each(self, rids: list[str]) -> list[tuple[str, Ended | str]]:
+        out: list[tuple[str, Ended | str]] = []
+        for rid in rids:
+            try:
+                out.append((rid, self.end(rid)))
+            except ServeError as e:
+                out.append((rid, str(e)))
+        return out
+
+    def _open(self, rid: str, what: str) -> Rollout:
+        r = self.rollouts.get(rid)
+        if r is not None:
+            return r
+        if rid in self.ended:
+            ended, why = self.ended[rid]
+            raise Refused(f"{what}: rollout {rid} was {why}" + (f" (recorded as {ended.recorded})" if ended.recorded
+                                                                else "") + ": reset to start another", 410)
+        raise Refused(f"{what}: no rollout {_short(rid)} on this server (never started, or the server restarted): "
+                      "reset to start one", 404)
+
+    def _remember(self, rid: str, ended: Ended, why: str) -> None:
+        self.ended[rid] = (ended, why)
+        while len(self.ended) > ENDED_MEMORY:
+            self.ended.popitem(last=False)
+
+    def _check_frames(self, frames: dict[str, np.ndarray]) -> None:
+        """Each camera frame has a size: not empty, not larger than `max_frame_side` a side."""
+        side = self.max_frame_side
+        for r, f in frames.items():
+            if f.ndim != 3 or not (0 < f.shape[0] <= side and 0 < f.shape[1] <= side):
+                raise ServeError(f"reset: camera {r} frame is {'x'.join(map(str, f.shape))}: send one [H, W, 3] frame "
+                                 f"of at least 1 and at most {side} pixels a side")
+
     def _fix_size(self, height: int, width: int) -> None:
         self.tier = self.tier or _smallest_tier(height, width)
         check_stream_size(height, width, self.tier, "serve")

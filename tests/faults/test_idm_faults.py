@@ -1,0 +1,137 @@
+"""`worldtune idm train` on actions it must not learn from, stopped by a scheduler, resumed after a kill."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import typer
+
+from worldtune.config import load_config
+from worldtune.errors import DatasetError
+
+IDM = ("--idm.view_height", "16", "--idm.view_width", "24", "--idm.channels", "4", "--idm.batch_size", "4",
+       "--idm.warmup", "1", "--idm.log_every", "1", "--idm.device", "cpu")
+
+
+@pytest.fixture(scope="session")
+def demo3(tmp_path_factory) -> Path:
+    from worldtune.data.synthetic import write_demo_dataset
+
+    return write_demo_dataset(tmp_path_factory.mktemp("idm3") / "ds", episodes=3, height=32, width=48, workers=1,
+                              length=12)
+
+
+def _cfg(dataset: Path, out: Path, *extra: str):
+    return load_config(None, ["--idm.dataset", str(dataset), "--idm.out", str(out), *IDM, *extra])
+
+
+def _with_actions(demo3: Path, tmp_path: Path, change) -> Path:
+    """A copy of the dataset whose data file's action column is `change(list of rows)`."""
+    ds = Path(shutil.copytree(demo3, tmp_path / "ds"))
+    f = next((ds / "data").rglob("*.parquet"))
+    t = pq.read_table(f)
+    rows = change(t.column("action").to_pylist(), t)
+    i = t.column_names.index("action")
+    pq.write_table(t.set_column(i, "action", pa.array(rows)), f)
+    return ds
+
+
+def _row(t, episode: int, frame: int) -> int:
+    eps, frames = t.column("episode_index").to_pylist(), t.column("frame_index").to_pylist()
+    return next(i for i, (e, fr) in enumerate(zip(eps, frames)) if e == episode and fr == frame)
+
+
+def _set(episode: int, frame: int, value):
+    def change(rows, t):
+        rows[_row(t, episode, frame)] = value
+        return rows
+    return change
+
+
+@pytest.mark.parametrize("value, words", [
+    ([float("nan")] * 4, "is not finite"),
+    ([0.0, float("inf"), 0.0, 0.0], "is not finite"),
+    ([0.0, 1.0], "2 numbers, the others have 4"),
+    (None, "is empty"),
+])
+def test_bad_action_rows_name_the_episode_and_frame(demo3, tmp_path, value, words):
+    from worldtune.idm.train import IdmTrainer
+
+    ds = _with_actions(demo3, tmp_path, _set(1, 5, value))
+    with pytest.raises(DatasetError, match=words) as e:
+        IdmTrainer(_cfg(ds, tmp_path / "run", "--idm.steps", "2"))
+    assert "episode 1, frame 5" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_string_action_row_is_a_one_line_error(demo3, tmp_path):
+    from worldtune.idm.data import read_actions
+    from worldtune.data.lerobot import LeRobotDataset
+
+    def strings(rows, t):
+        return [json.dumps(r) for r in rows]  # every row a string, as a broken converter writes it
+
+    ds = _with_actions(demo3, tmp_path, strings)
+    with pytest.raises(DatasetError, match="episode 0, frame 0.*not a list of numbers"):
+        read_actions(LeRobotDataset(ds), "action")
+
+
+# ---------------------------------------------------------------------------------------- stop signals
+def _killed_by_default(signum, frame):
+    raise RuntimeError("killed by SIGTERM (the default action): no checkpoint")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_stop_signal_saves_a_checkpoint_and_exits_42(demo3, tmp_path, monkeypatch, sig):
+    import os
+
+    from worldtune.idm import train as idm_train
+    from worldtune.train.checkpoint import CheckpointManager
+
+    previous = signal.signal(sig, _killed_by_default)  # what the process would do without a handler of its own
+    step = idm_train.IdmTrainer.train_step
+
+    def step_then_signal(self):
+        row = step(self)
+        if self.step == 3:
+            os.kill(os.getpid(), sig)
+        return row
+
+    monkeypatch.setattr(idm_train.IdmTrainer, "train_step", step_then_signal)
+    try:
+        with pytest.raises(typer.Exit) as e:
+            idm_train.run(_cfg(demo3, tmp_path / "run", "--idm.steps", "8", "--idm.checkpoint.every", "100"))
+    finally:
+        signal.signal(sig, previous)
+    assert e.value.exit_code == 42
+    assert CheckpointManager(tmp_path / "run").newest().name.endswith("3")
+    monkeypatch.undo()
+    summary = idm_train.run(_cfg(demo3, tmp_path / "run", "--idm.steps", "8", "--idm.resume", "auto"))
+    assert summary["steps"] == 8
+
+
+def test_metrics_are_trimmed_to_the_checkpoint_on_resume(demo3, tmp_path, monkeypatch):
+    from worldtune.idm import train as idm_train
+
+    step = idm_train.IdmTrainer.train_step
+
+    def killed_at_5(self):
+        if self.step == 5:
+            raise KeyboardInterrupt  # a kill -9 after step 5 was logged, past the checkpoint of step 4
+        return step(self)
+
+    monkeypatch.setattr(idm_train.IdmTrainer, "train_step", killed_at_5)
+    args = ("--idm.steps", "7", "--idm.checkpoint.every", "2")
+    with pytest.raises(KeyboardInterrupt):
+        idm_train.run(_cfg(demo3, tmp_path / "run", *args))
+    monkeypatch.undo()
+    idm_train.run(_cfg(demo3, tmp_path / "run", *args, "--idm.resume", "auto"))
+    steps = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(x)]
+    assert steps == list(range(1, 8))
