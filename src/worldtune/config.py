@@ -235,11 +235,13 @@ class TrainConfig(Section):
     steps: int = Field(200, description="optimizer steps")
     batch_size: int = Field(1, description="clips per process per micro-batch")
     grad_accum: int = Field(1, description="micro-batches per optimizer step")
-    lr: float = Field(2**-14.5, description="peak learning rate (times the schedule's multiplier)")
+    lr: float = Field(2**-14.5, description="peak learning rate (times the schedule's multiplier); the default is "
+                      "NVIDIA's 2^-14.5")
     weight_decay: float = Field(1e-3, description="AdamW weight decay")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas")
     eps: float = Field(1e-8, description="AdamW epsilon")
-    warmup: int = Field(1000, description="linear warmup steps (keep below steps)")
+    warmup: int | None = Field(None, description="linear warmup steps (below steps); none = NVIDIA's 1000, but at "
+                               "most a tenth of steps")
     f_max: float = Field(0.5, description="lr multiplier at the end of warmup; decays linearly to f_min")
     f_min: float = Field(0.2, description="lr multiplier at the last step")
     grad_clip: float = Field(1.0, description="gradient norm clip (0 = off)")
@@ -530,12 +532,16 @@ class EvaluateConfig(Section):
 
 
 class ReportConfig(Section):
-    eval: str = "demo_out/eval"
-    runs: list[str] = Field(default_factory=list)  # training run folders for loss curves
-    out: str = "demo_out/report"
-    title: str = "worldtune report"
-    video_format: Literal["auto", "mp4", "webm"] = "auto"  # auto: copy H.264/VP9 as is, re-encode others to WebM
-    max_examples: int = 12  # example rows (inputs) shown with videos
+    """`worldtune report`: one HTML page and a Markdown summary of an evaluation and training runs."""
+
+    eval: str = Field("demo_out/eval", description="the evaluation folder to show (evaluate.out)")
+    runs: list[str] = Field(default_factory=list, description="training run folders (train.out) whose loss "
+                            "curves are drawn")
+    out: str = Field("demo_out/report", description="folder of report.html, report.md and their assets")
+    title: str = Field("worldtune report", description="the page's title")
+    video_format: Literal["auto", "mp4", "webm"] = Field("auto", description="auto: copy H.264/VP9/AV1 as they are, "
+                                                         "re-encode others to WebM; webm: always WebM")
+    max_examples: int = Field(12, description="example rows (input and seed) shown with their videos")
 
 
 class CompareConfig(Section):
@@ -843,14 +849,21 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         parts = key.replace("-", "_").split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = _parse_value(raw)
+        value = _parse_value(raw)
+        node[parts[-1]] = _Whole(value) if isinstance(value, dict) else value
     return tree
+
+
+class _Whole(dict):
+    """A table given whole on the command line (`--prepare.cameras '{video="video"}'`): it replaces the
+    file's table instead of merging into it, or a 4-camera recipe would keep its other 3 cameras."""
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        whole = isinstance(v, _Whole) or not isinstance(v, dict) or not isinstance(out.get(k), dict)
+        out[k] = dict(v) if isinstance(v, _Whole) else v if whole else _merge(out[k], v)
     return out
 
 
@@ -932,7 +945,8 @@ def describe_fields(model: type[BaseModel], prefix: str) -> list[tuple[str, str,
             default = "(required)"
         else:
             value = field.get_default(call_default_factory=True)
-            default = "none" if value is None else _inline(_jsonable(value))
+            default = "none" if value is None else f"{value:.4g}" if isinstance(value, float) and len(repr(value)) > 8 \
+                else _inline(_jsonable(value))
         rows.append((key, _type_name(sub), default, field.description or ""))
     return rows
 

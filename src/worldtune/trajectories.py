@@ -243,9 +243,9 @@ class TrajectoryExport:
         try:
             real = self._write_real(writer, sizes) if self.real is not None else 0
             synthetic = 0
-            from worldtune.eval.progress import progress_bar
+            from worldtune.console import Progress
 
-            with progress_bar(len(self.rows), "label + write") as advance:
+            with Progress("trajectories", len(self.rows), "videos") as bar:
                 for row, files in zip(self.rows, self.files):
                     key = (str(row["model"]), str(row["name"]), row.get("seed"))
                     score = self.scores.get(key, {})
@@ -255,7 +255,7 @@ class TrajectoryExport:
                     else:
                         self._write_generated(writer, row, {r: decode(f) for r, f in files.items()}, score)
                         synthetic += 1
-                    advance()
+                    bar.advance()
             if not synthetic and not real:
                 raise DatasetError(f"no trajectory passes trajectories.thresholds {dict(tc.thresholds)} "
                                    f"(failed per metric: {dropped}): relax them")
@@ -365,7 +365,7 @@ def print_comparison(result: dict[str, Any]) -> None:
     table.add_column("normalised", justify="right")
     for name, row in result["labellers"].items():
         table.add_row(name, *[f"{row['mse'][n]:.3g}" for n in names], f"{row['mse_overall']:.3g}",
-                      f"{row['normalised_mse']:.3f}")
+                      "—" if row["normalised_mse"] is None else f"{row['normalised_mse']:.3f}")
     Console().print(table)
     if result.get("note"):
         Console().print(f"  {result['note']}")

@@ -55,7 +55,7 @@ def test_cluster_bootstrap_widens_when_seeds_of_an_input_are_correlated():
 
 
 def test_constant_difference_has_a_zero_width_interval():
-    base = np.arange(12.0).reshape(4, 3)
+    base = np.arange(15.0).reshape(5, 3)
     d = paired_difference(_scores(base + 2.5), _scores(base), higher_is_better=False)
     assert (d.mean, d.ci_low, d.ci_high, d.win_rate) == pytest.approx((2.5, 2.5, 2.5, 0.0))
 
@@ -86,8 +86,20 @@ def test_reasons_for_what_cannot_be_computed():
     assert disjoint.mean is None and disjoint.win_rate is None and "no (input, seed) pair" in disjoint.reason
     one_input = paired_difference(model, {("a", 0): 0.0, ("a", 1): 0.0}, higher_is_better=True)
     assert one_input.mean == 1.5 and one_input.win_rate == 1.0 and one_input.n_inputs == 1
-    assert one_input.ci_low is None and one_input.ci_high is None and "at least 2 inputs" in one_input.reason
+    assert one_input.ci_low is None and one_input.ci_high is None and "1 input in common" in one_input.reason
     assert one_input.to_dict()["reason"] == one_input.reason
+
+
+def test_no_interval_below_five_inputs():
+    """Two inputs give a bootstrap 'interval' of two possible means: none is shown, and the reason names n."""
+    base = np.arange(15.0).reshape(5, 3)
+    model = base + np.arange(5.0)[:, None]
+    two = paired_difference(_scores(model[:2]), _scores(base[:2]), higher_is_better=True)
+    four = paired_difference(_scores(model[:4]), _scores(base[:4]), higher_is_better=True)
+    five = paired_difference(_scores(model), _scores(base), higher_is_better=True)
+    assert two.mean == 0.5 and two.ci_low is None and two.ci_high is None and "2 inputs in common" in two.reason
+    assert four.ci_low is None and "at least 5" in four.reason
+    assert five.ci_low is not None and five.ci_low <= five.mean <= five.ci_high and five.reason == ""
 
 
 def test_bootstrap_is_reproducible_and_seeded():

@@ -467,38 +467,41 @@ def write_rows(out: Path, rows: Sequence[dict[str, Any]], metrics: Sequence[str]
 
 
 def print_summary(results: dict[str, Any]) -> None:
-    """The models x metrics table (mean ± std, n), and what was skipped."""
+    """The scores (model, metric, mean ± std, n), the paired differences to the base and the action sensitivity
+    (mean, 95 % CI, win rate, pairs and inputs), and what was skipped.
+
+    One row per model and metric, not a column per metric: however many metrics were asked for, every table fits
+    80 columns, which is what a log file under SLURM is rendered at."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     metrics = results["metrics"]
-    table = Table(title=f"worldtune evaluate: {results['out']}")
-    table.add_column("model")
-    table.add_column("videos", justify="right")
-    for m in metrics:
-        arrow = "↓" if m in LOWER_IS_BETTER else "↑"
-        table.add_column(f"{m} {arrow}", justify="right")
-    for label, s in results["models"].items():
-        cells = []
-        for m in metrics:
-            v = s[m]
-            cells.append("—" if v["mean"] is None else f"{v['mean']:.3f} ± {v['std']:.3f} (n={v['n']})")
-        table.add_row(label + (" (reference)" if s["reference"] else f" (baseline: {s.get('description') or label})"
-                               if s.get("baseline") else ""), str(s["videos"]), *cells)
     console = Console()
+    table = Table(title=f"worldtune evaluate: {results['out']}", box=box.SIMPLE_HEAD)
+    table.add_column("model", overflow="fold")
+    table.add_column("metric", overflow="fold")
+    for col in ("mean", "± std", "videos"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for label, s in results["models"].items():
+        name = label + (" (real)" if s["reference"] else " (baseline)" if s.get("baseline") else "")
+        for i, m in enumerate(metrics):
+            v = s[m]
+            mean, std = ("—", "") if v["mean"] is None else (_num(v["mean"]), _num(v["std"]))
+            table.add_row(name if i == 0 else "", f"{m} {'↓' if m in LOWER_IS_BETTER else '↑'}", mean, std, str(v["n"]),
+                          end_section=i == len(metrics) - 1)
     console.print(table)
-    sens = {label: s["action_sensitivity"] for label, s in results["models"].items() if "action_sensitivity" in s}
-    if sens:
-        from worldtune.eval.report import delta_text
-
-        t2 = Table(title="action sensitivity: own actions - another episode's actions (mean [95 % CI over clips], "
-                         "win rate, n)")
-        t2.add_column("model")
-        for m in metrics:
-            t2.add_column(m, justify="right")
-        for label, d in sens.items():
-            t2.add_row(label, *[delta_text(d[m]) for m in metrics])
-        console.print(t2)
+    for label, s in results["models"].items():
+        if s.get("baseline") and s.get("description"):
+            console.print(f"  baseline {label}: {s['description']}")
+    notes: dict[str, None] = {}  # in order, once each
+    for key, title in (("vs_base", "model − base, paired over (input, seed)"),
+                       ("action_sensitivity", "own actions − another episode's actions, paired per clip")):
+        diffs = {label: s[key] for label, s in results["models"].items() if key in s}
+        if diffs:
+            console.print(_differences_table(title, diffs, metrics, notes))
+    for note in notes:
+        console.print(f"  {note}")
     for label, s in results.get("sampson", {}).items():
         for kind in ("temporal", "crossview"):
             k = s.get(kind)
@@ -593,6 +596,37 @@ def run(cfg: Any) -> dict[str, Any]:
         raise EvaluationError(f"every judge request failed (first: {first}); the other metrics are in "
                               f"{out / 'results.json'}; check evaluate.judge_endpoint")
     return results
+
+
+def _num(x: float) -> str:
+    """Four significant digits, no exponent for ordinary values: `23.41`, `0.8123`, `1.204`."""
+    return f"{x:.4g}"
+
+
+def _differences_table(title: str, diffs: dict[str, dict[str, Any]], metrics: Sequence[str], notes: dict[str, None]):
+    """Model, metric, mean difference, 95 % CI, win rate, pairs and inputs; the reasons for missing figures
+    are collected in `notes` (printed once under the tables)."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, box=box.SIMPLE_HEAD)
+    t.add_column("model", overflow="fold")
+    t.add_column("metric", overflow="fold")
+    for col in ("diff", "95 % CI", "win", "pairs", "inputs"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for label, per in diffs.items():
+        for i, m in enumerate(metrics):
+            d = per.get(m) or {}
+            if d.get("mean") is None:
+                notes[f"{label}, {m}: {d.get('reason') or 'no data'}"] = None
+                cells = ["—", "", "", str(d.get("n_pairs", 0)), str(d.get("n_inputs", 0))]
+            else:
+                ci = f"[{d['ci_low']:+.3g}, {d['ci_high']:+.3g}]" if d.get("ci_low") is not None else "none"
+                if d.get("ci_low") is None:
+                    notes[f"95 % CI none: {d['reason']}"] = None
+                cells = [f"{d['mean']:+.3g}", ci, f"{100 * d['win_rate']:.0f}%", str(d["n_pairs"]), str(d["n_inputs"])]
+            t.add_row(label if i == 0 else "", m, *cells, end_section=i == len(metrics) - 1)
+    return t
 
 
 def _write_json(path: Path, obj: Any) -> None:
