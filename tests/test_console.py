@@ -26,7 +26,7 @@ def test_a_line_every_five_percent_with_rate_and_eta():
             clock.t += 0.5  # 0.5 s an item: 5 % (5 items) comes before 30 s
             p.advance()
     assert lines[0] == "generate: 0/100 videos (0%), elapsed 0s"
-    assert len(lines) == 1 + 20 + 1, lines  # start, every 5 items, end
+    assert len(lines) == 1 + 19 + 1, lines  # start, every 5 items, the end (not also a 100 % line)
     assert lines[1] == "generate: 5/100 videos (5%), 2.0 videos/s, ETA 48s, elapsed 2s"
     assert lines[-1] == "generate: done, 100/100 videos in 50s, 2.0 videos/s"
 
@@ -103,6 +103,9 @@ def test_setting_up_says_what_and_how_long():
     with setting_up("train", "loading model", clock=clock, out=lines.append):
         clock.t += 55.25
     assert lines == ["train: loading model", "train: loading model: 55.2s"]
+    with setting_up("train", "loading data", clock=clock, out=lines.append):
+        clock.t += 0.2
+    assert lines[2:] == ["train: loading data"]  # a quick step: no second line
 
 
 def test_terminal_bar_draws_without_plain_lines(capsys):

@@ -1,6 +1,7 @@
 """The end-to-end path a new user runs first: every stage on the tiny model."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # ~1 min on 2 cores: every stage end to end, with the separate-views comparison
 def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
     out = tmp_path / "demo"
     p = subprocess.run([sys.executable, "-m", "worldtune.cli", "demo", "--out", str(out), "--steps", "40",
@@ -19,6 +21,10 @@ def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "skipped" not in p.stdout.split("worldtune demo")[-1]  # every stage ran
+    for stage in ("prepare", "cache latents", "generate", "Sampson error", "pixel metrics", "idm train",
+                  "trajectories"):  # stdout is a pipe: each long loop speaks in plain lines while it runs
+        progress = [x for x in p.stdout.splitlines() if re.match(rf"{stage}: \d+/\d+ \w+ \(\d+%\)", x)]
+        assert len(progress) >= 3, (stage, progress)
     everything = [json.loads(x) for x in (out / "generations" / "generations.jsonl").read_text().splitlines()]
     rows = [r for r in everything if not r["baseline"]]  # the baselines: the first frame held, the real clip via the VAE
     assert {r["model"] for r in rows} == {"base", "lora"}

@@ -174,6 +174,8 @@ class Progress:
 
     # ------------------------------------------------------------------ lines
     def _due(self) -> bool:
+        if self.total and self.done >= self.total:
+            return False  # the closing line says it
         if self.clock() - self._last_t >= self.every_s:
             return True
         return bool(self.total) and (self.done - self._last_done) >= max(1.0, self.every_frac * self.total)
@@ -208,14 +210,15 @@ class Progress:
 def setting_up(stage: str, what: str, enabled: bool = True, clock: Callable[[], float] = time.monotonic,
          out: Callable[[str], None] = plain) -> Iterator[None]:
     """A slow setup step (loading a model, a cache, compiling): a line as it starts, so a log shows
-    what a silent minute is spent on, and one with its duration as it ends."""
+    what a silent minute is spent on, and one with its duration as it ends if that took a second or more."""
     if not enabled:
         yield
         return
     out(f"{stage}: {what}")
     t0 = clock()
     yield
-    out(f"{stage}: {what}: {clock() - t0:.1f}s")
+    if clock() - t0 >= 1.0:
+        out(f"{stage}: {what}: {clock() - t0:.1f}s")
 
 
 def summary_table(title: str, summary: dict) -> None:

@@ -114,3 +114,26 @@ def test_best_models_honours_direction_ties_and_missing_values():
     assert best_models(means, higher_is_better=True) == ["lora", "dora"]
     assert best_models(means, higher_is_better=False) == ["base"]
     assert best_models({"base": 1.0, "lora": None}, higher_is_better=True) == []
+
+
+def test_evaluate_summary_fits_80_columns_and_shows_the_paired_differences(capsys):
+    """A 2-input run with every metric and long labels: no cell cut short, the differences to the base printed
+    with n pairs and inputs, and the missing interval explained."""
+    from worldtune.eval.evaluate import aggregate, print_summary
+
+    metrics = ["sampson_temporal", "sampson_crossview", "psnr", "ssim", "dynamic_psnr", "motion_iou_spatial",
+               "warp_error"]
+    rows = [{"model": m, "name": n, "seed": s, **{k: 12.8 + i + j + 0.37 * s for j, k in enumerate(metrics)}}
+            for i, m in enumerate(["base", "lora_step_000200_rank32", "real"]) for n in ("ep1", "ep2") for s in (0, 1)]
+    for r in rows:
+        r["reference"] = r["model"] == "real"
+    models, _ = aggregate(rows, metrics)
+    print_summary({"out": "runs/eval", "metrics": metrics, "models": models, "judge": {"status": "off"}})
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert "…" not in out and "(n=…" not in out
+    assert "model − base" in out and "lora_step_000200_rank32" in out
+    diff = out.split("model − base")[1].splitlines()
+    psnr = next(line for line in diff if line.split()[:1] == ["psnr"])
+    assert psnr.split() == ["psnr", "+1", "none", "100%", "4", "2"]  # diff, no CI at 2 inputs, win, pairs, inputs
+    assert "no interval: 2 inputs in common, a bootstrap interval needs at least 5" in " ".join(out.split())

@@ -470,38 +470,35 @@ def print_summary(results: dict[str, Any]) -> None:
     """The scores (model, metric, mean ± std, n), the paired differences to the base and the action sensitivity
     (mean, 95 % CI, win rate, pairs and inputs), and what was skipped.
 
-    One row per model and metric, not a column per metric: however many metrics were asked for, every table fits
-    80 columns, which is what a log file under SLURM is rendered at."""
-    from rich import box
+    A heading row per model, then a row per metric, not a column per metric: however many metrics were asked
+    for and however long the model names, every table fits 80 columns, which is what a log file under SLURM is
+    rendered at."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
     metrics = results["metrics"]
     console = Console()
-    table = Table(title=f"worldtune evaluate: {results['out']}", box=box.SIMPLE_HEAD)
-    table.add_column("model", overflow="fold")
-    table.add_column("metric", overflow="fold")
-    for col in ("mean", "± std", "videos"):
-        table.add_column(col, justify="right", no_wrap=True)
+    table = _long_table(f"worldtune evaluate: {results['out']}", ("mean", "± std", "videos"))
     for label, s in results["models"].items():
-        name = label + (" (real)" if s["reference"] else " (baseline)" if s.get("baseline") else "")
+        table.add_row(Text(label + (" (reference)" if s["reference"] else " (baseline)" if s.get("baseline") else ""),
+                           style="bold"))
         for i, m in enumerate(metrics):
             v = s[m]
             mean, std = ("—", "") if v["mean"] is None else (_num(v["mean"]), _num(v["std"]))
-            table.add_row(name if i == 0 else "", f"{m} {'↓' if m in LOWER_IS_BETTER else '↑'}", mean, std, str(v["n"]),
+            table.add_row(f"  {m} {'↓' if m in LOWER_IS_BETTER else '↑'}", mean, std, str(v["n"]),
                           end_section=i == len(metrics) - 1)
     console.print(table)
     for label, s in results["models"].items():
         if s.get("baseline") and s.get("description"):
             console.print(f"  baseline {label}: {s['description']}")
-    notes: dict[str, None] = {}  # in order, once each
+    notes: dict[str, dict[str, None]] = {}  # why a figure is missing -> the models it is missing for
     for key, title in (("vs_base", "model − base, paired over (input, seed)"),
                        ("action_sensitivity", "own actions − another episode's actions, paired per clip")):
         diffs = {label: s[key] for label, s in results["models"].items() if key in s}
         if diffs:
             console.print(_differences_table(title, diffs, metrics, notes))
-    for note in notes:
-        console.print(f"  {note}")
+    for why, where in notes.items():
+        console.print(f"  {why} ({', '.join(where)})")
     for label, s in results.get("sampson", {}).items():
         for kind in ("temporal", "crossview"):
             k = s.get(kind)
@@ -603,29 +600,37 @@ def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _differences_table(title: str, diffs: dict[str, dict[str, Any]], metrics: Sequence[str], notes: dict[str, None]):
-    """Model, metric, mean difference, 95 % CI, win rate, pairs and inputs; the reasons for missing figures
-    are collected in `notes` (printed once under the tables)."""
+def _differences_table(title: str, diffs: dict[str, dict[str, Any]], metrics: Sequence[str],
+                       notes: dict[str, dict[str, None]]):
+    """Per model, per metric: mean difference, 95 % CI, win rate, pairs and inputs; the reasons for missing
+    figures are collected in `notes` (printed once under the tables)."""
+    from rich.text import Text
+
+    t = _long_table(title, ("diff", "95 % CI", "win", "pairs", "inputs"))
+    for label, per in diffs.items():
+        t.add_row(Text(label, style="bold"))
+        for i, m in enumerate(metrics):
+            d = per.get(m) or {}
+            if d.get("ci_low") is None:
+                notes.setdefault(d.get("reason") or "no data", {})[label] = None
+            if d.get("mean") is None:
+                cells = ["—", "", "", str(d.get("n_pairs", 0)), str(d.get("n_inputs", 0))]
+            else:
+                ci = f"[{d['ci_low']:+.3g}, {d['ci_high']:+.3g}]" if d.get("ci_low") is not None else "none"
+                cells = [f"{d['mean']:+.3g}", ci, f"{100 * d['win_rate']:.0f}%", str(d["n_pairs"]), str(d["n_inputs"])]
+            t.add_row(f"  {m}", *cells, end_section=i == len(metrics) - 1)
+    return t
+
+
+def _long_table(title: str, columns: Sequence[str]):
+    """A table of (model heading, metric) rows and right-aligned figures that are never cut short."""
     from rich import box
     from rich.table import Table
 
     t = Table(title=title, box=box.SIMPLE_HEAD)
-    t.add_column("model", overflow="fold")
-    t.add_column("metric", overflow="fold")
-    for col in ("diff", "95 % CI", "win", "pairs", "inputs"):
+    t.add_column("model / metric", overflow="fold")
+    for col in columns:
         t.add_column(col, justify="right", no_wrap=True)
-    for label, per in diffs.items():
-        for i, m in enumerate(metrics):
-            d = per.get(m) or {}
-            if d.get("mean") is None:
-                notes[f"{label}, {m}: {d.get('reason') or 'no data'}"] = None
-                cells = ["—", "", "", str(d.get("n_pairs", 0)), str(d.get("n_inputs", 0))]
-            else:
-                ci = f"[{d['ci_low']:+.3g}, {d['ci_high']:+.3g}]" if d.get("ci_low") is not None else "none"
-                if d.get("ci_low") is None:
-                    notes[f"95 % CI none: {d['reason']}"] = None
-                cells = [f"{d['mean']:+.3g}", ci, f"{100 * d['win_rate']:.0f}%", str(d["n_pairs"]), str(d["n_inputs"])]
-            t.add_row(label if i == 0 else "", m, *cells, end_section=i == len(metrics) - 1)
     return t
 
 

@@ -267,34 +267,39 @@ PREDICTOR_LABELS = {"idm": "IDM", "mean_action": "mean action (baseline)",
 
 
 def print_report(report: dict[str, Any]) -> None:
-    """The held-out table: normalised MSE (and gripper accuracy) first, then the MSE of each action entry."""
+    """The held-out tables: per predictor the normalised MSE (and gripper accuracy), then per action entry the MSE
+    of each predictor (a row per entry, so 7-D actions fit a log's 80 columns as well as 3-D ones)."""
     from rich.console import Console
     from rich.table import Table
 
     m = report["metrics"]
-    constant = report.get("constant_entries") or []
+    constant = set(report.get("constant_entries") or [])
+    console = Console()
     table = Table(title=f"IDM on {len(report['episodes']['held_out'])} held-out episodes "
                         f"({report['held_out_frames']} frames)")
     table.add_column("predictor")
     table.add_column("normalised MSE", justify="right")
     if report["gripper"]:
         table.add_column("gripper acc.", justify="right")
-    for n in report["action_names"]:
-        table.add_column(f"MSE {n}", justify="right")
     for name, row in m.items():
         nmse = row["normalised_mse"]
         cells = ["—" if nmse is None else f"{nmse:.3f}"]
         if report["gripper"]:
             cells.append(f"{row['gripper_accuracy']:.1%}")
-        cells += [f"{row['mse'][n]:.3g}" for n in report["action_names"]]
         table.add_row(PREDICTOR_LABELS.get(name, name), *cells)
-    console = Console()
     console.print(table)
+    per = Table(title="MSE per action entry")
+    per.add_column("entry")
+    for name in m:
+        per.add_column(PREDICTOR_LABELS.get(name, name), justify="right")
+    for n in report["action_names"]:
+        per.add_row(n + (" (constant)" if n in constant else ""), *[f"{row['mse'][n]:.3g}" for row in m.values()])
+    console.print(per)
     console.print("  previous action is an oracle: it is given the true previous action, which no labeller of a "
                   "generated video has; it shows how smooth the motion is, not a rival to the IDM")
     varying = len(report["action_names"]) - len(constant)
     console.print(f"  normalised MSE: mean of MSE / training variance over the {varying} entries that vary"
-                  + (f"; constant in training, left out: {', '.join(constant)}" if constant else ""))
+                  + (f"; constant in training, left out: {', '.join(sorted(constant))}" if constant else ""))
 
 
 def run(cfg: WorldtuneConfig) -> dict[str, Any]:
