@@ -111,3 +111,21 @@ def test_seed_demo_shows_post_training_learning(tmp_path):
     # the adapter learned the held-out task: its training loss fell
     run = json.loads((out / "runs" / "lora" / "run.json").read_text())["summary"]
     assert run["last_loss"] < 0.7 * run["first_loss"], run
+
+
+@pytest.mark.slow  # ~2 min on 2 cores: a tiny Cosmos 3 model prepared, cached, trained and scored
+def test_eval_docs_actions_mode_commands_run_as_written(tmp_path, monkeypatch):
+    """docs/eval.md's actions-mode commands, in a fresh folder, in the order the page lists them."""
+    import shlex
+
+    from worldtune.cli import main
+
+    text = (REPO / "docs" / "eval.md").read_text()
+    block = next(b for b in text.split("```bash")[1:] if "--evaluate.mode actions" in b).split("```")[0]
+    commands = [shlex.split(line.split("#")[0]) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    assert [c[1] for c in commands] == ["demo", "model", "prepare", "cache", "train", "evaluate"]
+    monkeypatch.chdir(tmp_path)
+    for cmd in commands:
+        assert main([str(REPO / a) if a.startswith("configs/") else a for a in cmd[1:]]) == 0, cmd
+    results = json.loads((tmp_path / "demo_out/eval_actions/results.json").read_text())
+    assert results["models"]["fd"]["action_sensitivity"]["dynamic_psnr"]["n_inputs"] >= 5

@@ -135,5 +135,5 @@ def test_evaluate_summary_fits_80_columns_and_shows_the_paired_differences(capsy
     assert "model − base" in out and "lora_step_000200_rank32" in out
     diff = out.split("model − base")[1].splitlines()
     psnr = next(line for line in diff if line.split()[:1] == ["psnr"])
-    assert psnr.split() == ["psnr", "+1", "none", "100%", "4", "2"]  # diff, no CI at 2 inputs, win, pairs, inputs
+    assert psnr.split() == ["psnr", "+1", "none", "100%", "4/2"]  # diff, no CI at 2 inputs, win, pairs/inputs
     assert "no interval: 2 inputs in common, a bootstrap interval needs at least 5" in " ".join(out.split())

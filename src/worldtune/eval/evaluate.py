@@ -492,8 +492,8 @@ def print_summary(results: dict[str, Any]) -> None:
         if s.get("baseline") and s.get("description"):
             console.print(f"  baseline {label}: {s['description']}")
     notes: dict[str, dict[str, None]] = {}  # why a figure is missing -> the models it is missing for
-    for key, title in (("vs_base", "model − base, paired over (input, seed)"),
-                       ("action_sensitivity", "own actions − another episode's actions, paired per clip")):
+    for key, title in (("vs_base", "model − base, paired over (input, seed); n = pairs/inputs"),
+                       ("action_sensitivity", "own − another episode's actions, paired per clip; n = pairs/clips")):
         diffs = {label: s[key] for label, s in results["models"].items() if key in s}
         if diffs:
             console.print(_differences_table(title, diffs, metrics, notes))
@@ -602,11 +602,11 @@ def _num(x: float) -> str:
 
 def _differences_table(title: str, diffs: dict[str, dict[str, Any]], metrics: Sequence[str],
                        notes: dict[str, dict[str, None]]):
-    """Per model, per metric: mean difference, 95 % CI, win rate, pairs and inputs; the reasons for missing
+    """Per model, per metric: mean difference, 95 % CI, win rate, n (pairs/inputs); the reasons for missing
     figures are collected in `notes` (printed once under the tables)."""
     from rich.text import Text
 
-    t = _long_table(title, ("diff", "95 % CI", "win", "pairs", "inputs"))
+    t = _long_table(title, ("diff", "95 % CI", "win", "n"))
     for label, per in diffs.items():
         t.add_row(Text(label, style="bold"))
         for i, m in enumerate(metrics):
@@ -614,10 +614,11 @@ def _differences_table(title: str, diffs: dict[str, dict[str, Any]], metrics: Se
             if d.get("ci_low") is None:
                 notes.setdefault(d.get("reason") or "no data", {})[label] = None
             if d.get("mean") is None:
-                cells = ["—", "", "", str(d.get("n_pairs", 0)), str(d.get("n_inputs", 0))]
+                cells = ["—", "", ""]
             else:
-                ci = f"[{d['ci_low']:+.3g}, {d['ci_high']:+.3g}]" if d.get("ci_low") is not None else "none"
-                cells = [f"{d['mean']:+.3g}", ci, f"{100 * d['win_rate']:.0f}%", str(d["n_pairs"]), str(d["n_inputs"])]
+                ci = f"[{d['ci_low']:+.2g}, {d['ci_high']:+.2g}]" if d.get("ci_low") is not None else "none"
+                cells = [f"{d['mean']:+.3g}", ci, f"{100 * d['win_rate']:.0f}%"]
+            cells.append(f"{d.get('n_pairs', 0)}/{d.get('n_inputs', 0)}")
             t.add_row(f"  {m}", *cells, end_section=i == len(metrics) - 1)
     return t
 
