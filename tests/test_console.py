@@ -92,7 +92,7 @@ def test_the_heartbeat_thread_runs_and_stops():
     import time
 
     lines = []
-    with Progress("idm", 2, "steps", terminal=False, every_s=0.05, out=lines.append) as p:
+    with Progress("idm", 2, "steps", terminal=False, every_s=0.05, out=lines.append):
         time.sleep(0.2)
         assert any("item 1 running" in x for x in lines), lines
     assert not any(t.name.startswith("progress-idm") for t in threading.enumerate())

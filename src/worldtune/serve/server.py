@@ -138,7 +138,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 def start(cfg: WorldtuneConfig) -> WorldServer:
     """Load the model and bind the port (not yet serving): `serve_forever()` in a thread, `close()` after."""
-    world = load_world(cfg)
+    from worldtune.console import setting_up
+
+    with setting_up("serve", "loading the model" + (" and its adapter" if cfg.serve.adapter else "")):
+        world = load_world(cfg)
     try:
         return WorldServer(world, cfg.serve.host, cfg.serve.port)
     except OSError as e:
