@@ -87,14 +87,21 @@ def test_disabled_progress_prints_nothing_and_notes_go_above_the_bar():
 
 
 def test_the_heartbeat_thread_runs_and_stops():
-    """The real thread (a 0.05 s beat, fake-clock free): a silent item still gets lines; exit joins it."""
+    """The real thread on a fake clock that has already moved 45 s: its first beat prints the running line (waited
+    for on an event, not slept); leaving the context stops and joins it."""
     import threading
-    import time
 
-    lines = []
-    with Progress("idm", 2, "steps", terminal=False, every_s=0.05, out=lines.append):
-        time.sleep(0.2)
-        assert any("item 1 running" in x for x in lines), lines
+    clock, lines, beat = Clock(), [], threading.Event()
+
+    def out(line: str) -> None:
+        lines.append(line)
+        if "running" in line:
+            beat.set()
+
+    with Progress("idm", 2, "steps", terminal=False, every_s=0.01, clock=clock, out=out):
+        clock.t += 45
+        assert beat.wait(10), lines
+    assert "item 1 running 45s" in lines[1]
     assert not any(t.name.startswith("progress-idm") for t in threading.enumerate())
 
 
