@@ -2,8 +2,8 @@
 
 Under SLURM (or any redirect) stdout is a file: a rich bar would print nothing until the end and
 library bars would fill the log with carriage returns. There every stage prints flushed plain
-lines instead (`Progress`: at least one every 30 s or 5 % of the work, with rate and ETA; `step`:
-one for each slow setup step), and the libraries' own progress bars are off.
+lines instead (`Progress`: at least one every 30 s or 5 % of the work, with rate and ETA;
+`setting_up`: one for each slow setup step), and the libraries' own progress bars are off.
 """
 
 from __future__ import annotations
@@ -135,9 +135,9 @@ class Progress:
         if self._bar is not None:
             self._bar.__exit__(exc_type, *exc)
             return
-        spent = self.clock() - self._t0
-        n = self.done - self._start_done
-        how = f"{self._count()} {self.unit} in {duration(spent)}" + (f", {rate(n / spent, self.unit)}" if n and spent else "")
+        spent, n = self.clock() - self._t0, self.done - self._start_done
+        how = f"{self._count()} {self.unit} in {duration(spent)}" + (f", {rate(n / spent, self.unit)}" if n and spent
+                                                                     else "")
         self.out(f"{self.stage}: {'stopped at ' if exc_type else 'done, '}{how}")
 
     # ------------------------------------------------------------------ what loops call
@@ -188,7 +188,8 @@ class Progress:
     def _line(self, running: bool = False) -> None:
         now = self.clock()
         spent, n = now - self._t0, self.done - self._start_done
-        parts = [f"{self.stage}: {self._count()} {self.unit}" + (f" ({self.done / self.total:.0%})" if self.total else "")]
+        parts = [f"{self.stage}: {self._count()} {self.unit}"
+                 + (f" ({self.done / self.total:.0%})" if self.total else "")]
         if n and spent > 0:
             per_s = n / spent
             parts.append(rate(per_s, self.unit))
@@ -208,7 +209,7 @@ class Progress:
 
 @contextmanager
 def setting_up(stage: str, what: str, enabled: bool = True, clock: Callable[[], float] = time.monotonic,
-         out: Callable[[str], None] = plain) -> Iterator[None]:
+               out: Callable[[str], None] = plain) -> Iterator[None]:
     """A slow setup step (loading a model, a cache, compiling): a line as it starts, so a log shows
     what a silent minute is spent on, and one with its duration as it ends if that took a second or more."""
     if not enabled:

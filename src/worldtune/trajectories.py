@@ -170,9 +170,11 @@ class TrajectoryExport:
         self.files = [view_files(r, self.roles, self.folder, self.layout) for r in self.rows]
         self.fps = self._fps()
         if tc.labeller == "cosmos3":
+            from worldtune.console import setting_up
             from worldtune.idm.cosmos3 import load_cosmos3_labeler
 
-            self.labeler = c3 = load_cosmos3_labeler(cfg, self.info.get("dataset"), self.fps)
+            with setting_up("trajectories", "loading the Cosmos 3 labeller"):
+                self.labeler = c3 = load_cosmos3_labeler(cfg, self.info.get("dataset"), self.fps)
             self.action_key, self.resize, self.robot_type = c3.action_key, str(self.layout.get("resize", "pad")
                                                                                if self.layout else "pad"), None
             self.trained_on = str(Path(tc.cosmos3.dataset or self.info.get("dataset")))

@@ -159,7 +159,7 @@ def plot_metric(results: dict[str, Any], metric: str, path: Path, colours: dict[
         labels.append(label)
         means.append(st["mean"])
         stds.append(st["std"] or 0.0)
-        colors.append(REFERENCE_COLOUR if s.get("reference") else colours.get(label, REFERENCE_COLOUR))
+        colors.append(colours.get(label, REFERENCE_COLOUR))
     if not labels:
         return None
     fig, ax = plt.subplots(figsize=(max(3.5, 1.1 * len(labels) + 1.5), 3.0), dpi=110)
@@ -216,7 +216,8 @@ def _ema(values: Sequence[float], decay: float | None = None) -> list[float]:
     return out
 
 
-def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path, colours: dict[str, str] | None = None) -> Path | None:
+def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path,
+               colours: dict[str, str] | None = None) -> Path | None:
     """A pixel metric over the horizon: per model (each in its colour), the mean over its videos of the per-frame
     curve."""
     by_model: dict[str, list[list[float | None]]] = {}
@@ -351,15 +352,16 @@ def _metrics_table_html(results: dict[str, Any]) -> str:
         table += f"<p>{html.escape(BASELINE_NOTE)}.</p>"
     if deltas:
         table += (f"<h3>Paired difference to the base model</h3><p>mean over the same (input, seed) pairs, "
-                  f"[95 % CI over inputs; none below {MIN_CI_INPUTS} inputs], win rate, n pairs / inputs; hover an empty cell for the reason; a baseline's row "
+                  f"[95 % CI over inputs; none below {MIN_CI_INPUTS} inputs], win rate, n pairs / inputs; hover an "
+                  f"empty cell for the reason; a baseline's row "
                   f"below 0 (above 0 for ↓ metrics) means the base model beats it</p>"
                   f"<table><tr><th>model</th>{head}</tr>{''.join(deltas)}</table>")
     return table + _sensitivity_html(results) + _views_html(results)
 
 
 SENSITIVITY_NOTE = ("the same model, clip, first frame and seed, driven by the clip's own actions minus driven by "
-                    "another episode's actions: mean [95 % CI over clips], win rate, n pairs / clips. A model that uses its "
-                    "actions reads above 0 on PSNR, SSIM and dynamic PSNR; one that ignores them reads 0")
+                    "another episode's actions: mean [95 % CI over clips], win rate, n pairs / clips. A model that "
+                    "uses its actions reads above 0 on PSNR, SSIM and dynamic PSNR; one that ignores them reads 0")
 
 
 def _sensitivity_html(results: dict[str, Any]) -> str:
@@ -398,7 +400,7 @@ def _views_html(results: dict[str, Any]) -> str:
 
 def delta_text(d: dict[str, Any]) -> str:
     """'+0.12 [−0.05, +0.30] win 63 %, n = 8 pairs / 4 inputs'; without an interval the reason in short
-    ('no CI: 2 inputs'); '— (reason)' when there is no difference at all."""
+    ('(no CI: 2 inputs < 5)'); '— (reason)' when there is no difference at all."""
     if d.get("mean") is None:
         return f"— ({d.get('reason') or 'no data'})"
     n = d.get("n_inputs", 0)

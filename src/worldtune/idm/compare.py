@@ -38,8 +38,17 @@ def compare_labellers(dataset: str | Path, labellers: dict[str, Labeller], max_c
     mean = np.asarray(stats.get("mean") or [0.0] * len(names), np.float64)
     clips = load_clips(root, pick_clips(root, "val", 1, max_clips), len(names))
     truth = np.concatenate([c.actions for c in clips]).astype(np.float64)
-    preds = {name: np.concatenate([np.asarray(fn(c), np.float64)[:len(c.actions)] for c in clips])
-             for name, fn in labellers.items()}
+    from worldtune.console import Progress
+
+    preds: dict[str, Any] = {}
+    with Progress("comparing labellers", len(clips) * len(labellers), "clips") as bar:
+        for name, fn in labellers.items():
+            bar.info(name)
+            labelled = []
+            for c in clips:
+                labelled.append(np.asarray(fn(c), np.float64)[:len(c.actions)])
+                bar.advance()
+            preds[name] = np.concatenate(labelled)
     preds["mean_action"] = np.broadcast_to(mean, truth.shape)
     out: dict[str, Any] = {}
     for name, p in preds.items():

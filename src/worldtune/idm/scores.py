@@ -2,8 +2,8 @@
 
 An entry that is constant in training (a rotation a tabletop robot never uses, a padding dimension) has
 no spread to normalise by, and every predictor gets it right; averaging it in as 0 error pulls every
-figure down alike (7-D actions with 3 constant entries: 0.22 instead of the 0.39 over the 4 that
-move). So the normalised errors average over the varying entries only, and name the constant ones.
+figure down alike (on 7-D actions with 3 constant entries, to 4/7 of what the moving entries score).
+So the normalised errors average over the varying entries only, and name the constant ones.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ def normalised_errors(mse: np.ndarray, mae: np.ndarray | None, std: np.ndarray) 
     None when no entry varies."""
     std = np.asarray(std, np.float64)
     vary = std > CONSTANT_STD
-    if not vary.any():
-        return {"normalised_mse": None, "normalised_mae": None}
-    out = {"normalised_mse": float((np.asarray(mse)[vary] / std[vary] ** 2).mean())}
+    out: dict[str, Any] = {"normalised_mse": float((np.asarray(mse)[vary] / std[vary] ** 2).mean())
+                           if vary.any() else None}
     if mae is not None:
-        out["normalised_mae"] = float((np.asarray(mae)[vary] / std[vary]).mean())
+        out["normalised_mae"] = float((np.asarray(mae)[vary] / std[vary]).mean()) if vary.any() else None
     return out
