@@ -386,6 +386,10 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     """Entry point of `worldtune trajectories`."""
     from rich.console import Console
 
+    if cfg.trajectories.source:  # videos without actions, not a generation folder
+        from worldtune.idm.label_dataset import run as label_source
+
+        return label_source(cfg)
     summary = TrajectoryExport(cfg).run()
     if summary.get("labeller_comparison"):
         print_comparison(summary["labeller_comparison"])
