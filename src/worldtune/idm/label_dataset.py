@@ -64,6 +64,18 @@ def whole_fps(source: LeRobotDataset) -> int:
     return int(round(fps))
 
 
+def _write_episode(writer: LeRobotWriter, labeler: ActionLabeler, keys: dict[str, str], task: str,
+                   frames: dict[str, np.ndarray], columns: dict[str, Any]) -> str | None:
+    """Label one episode's frames (at the dataset's size) and add it; why it was skipped, or None."""
+    frames = {k: resize_frames(f, *writer.cameras[k], labeler.resize) for k, f in frames.items()}
+    n = min(len(f) for f in frames.values())
+    if n < 2:
+        return "fewer than 2 frames"
+    actions = labeler.label({role: frames[key][:n] for role, key in keys.items()})[:n]
+    writer.add_episode({k: f[:n] for k, f in frames.items()}, np.asarray(actions, np.float32), task, False, columns)
+    return None
+
+
 def run(cfg: Any) -> dict[str, Any]:
     """Label every episode of `trajectories.source` with the IDM at `trajectories.idm`; returns the summary."""
     from worldtune.console import Progress, setting_up
@@ -95,28 +107,23 @@ def run(cfg: Any) -> dict[str, Any]:
     try:
         with Progress("trajectories", len(source.episodes), "episodes") as bar:
             for ep in source.episodes:
-                bar.advance()
+                why = None
                 try:
                     frames = {key: source.episode_frames(ep, key) for key in set(keys.values())}
                 except DatasetError as e:
                     why = str(e).split(": ", 1)[-1][:80]
+                else:
+                    if writer is None:
+                        sizes = {k: (int(f.shape[1]), int(f.shape[2])) for k, f in frames.items()}
+                        writer = LeRobotWriter(tmp, fps, sizes, labeler.action_names,
+                                               VideoEncoding(tc.codec, tc.lossless, tc.crf, tc.gop),
+                                               tc.episodes_per_file, tc.robot_type)
+                    why = _write_episode(writer, labeler, keys, ep.task or "", frames,
+                                         {"source/dataset": str(source.root.resolve()), "source/episode_index": ep.index,
+                                          "source/name": names.get(ep.index, ""), "source/actions": "idm"})
+                if why:
                     skipped[why] = skipped.get(why, 0) + 1
-                    continue
-                if writer is None:
-                    sizes = {k: (int(f.shape[1]), int(f.shape[2])) for k, f in frames.items()}
-                    writer = LeRobotWriter(tmp, fps, sizes, labeler.action_names,
-                                           VideoEncoding(tc.codec, tc.lossless, tc.crf, tc.gop), tc.episodes_per_file,
-                                           tc.robot_type)
-                frames = {k: resize_frames(f, *writer.cameras[k], labeler.resize) for k, f in frames.items()}
-                n = min(len(f) for f in frames.values())
-                if n < 2:
-                    skipped["fewer than 2 frames"] = skipped.get("fewer than 2 frames", 0) + 1
-                    continue
-                actions = labeler.label({role: frames[key][:n] for role, key in keys.items()})[:n]
-                columns = {"source/dataset": str(source.root.resolve()), "source/episode_index": ep.index,
-                           "source/name": names.get(ep.index, ""), "source/actions": "idm"}
-                writer.add_episode({k: f[:n] for k, f in frames.items()}, np.asarray(actions, np.float32),
-                                   ep.task or "", False, columns)
+                bar.advance()
         if writer is None or not writer.episodes:
             raise DatasetError(f"{source.root}: no episode could be labelled (skipped: {skipped or 'none found'})")
         info = writer.finish()
