@@ -140,3 +140,54 @@ def test_import_leaves_the_environment_alone():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_", "DIFFUSERS_"))}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_help_shows_defaults_readably_and_bracketed_section_names(capsys):
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "train.lr: float = 4.316e-05" in out and "4.315837287515549e-05" not in out
+    assert main(["compare", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps the epilog
+    assert "those of [model], [prepare], [train], [generate], [evaluate], [report]:" in out
+
+
+def test_every_report_key_has_a_description():
+    from worldtune.config import ReportConfig, describe_fields
+
+    assert all(text for *_, text in describe_fields(ReportConfig, "report"))
+
+
+def test_warmup_default_agrees_with_steps():
+    """Unset, warmup is NVIDIA's 1000 steps but never more than a tenth of the run (200 steps: 20)."""
+    from worldtune.train.schedule import lr_multiplier, warmup_steps
+
+    cfg = load_config(None)
+    assert cfg.train.warmup is None and warmup_steps(cfg.train.warmup, cfg.train.steps) == 20
+    assert warmup_steps(None, 100_000) == 1000 and warmup_steps(7, 200) == 7
+    w = warmup_steps(None, 200)
+    assert lr_multiplier(w - 1, 200, w, 0.5, 0.2) == pytest.approx(0.5)  # the peak is reached early in the run
+
+
+def test_a_table_given_on_the_command_line_replaces_the_files(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[prepare.cameras]\nexterior_1 = "a"\nexterior_2 = "b"\nwrist = "c"\n[prepare.grid]\nrows = 2\n')
+    cfg = load_config(f, ["--prepare.cameras", '{video="video"}', "--prepare.grid.cols", "2"])
+    assert cfg.prepare.cameras == {"video": "video"}  # replaced, not merged into the 3 cameras
+    assert (cfg.prepare.grid.rows, cfg.prepare.grid.cols) == (2, 2)  # a dotted key still merges
+
+
+def test_export_of_a_missing_or_empty_run_says_what_to_pass(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "nope"), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist: pass a training run folder (train.out)" in err and "resume" not in err
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "out")]) == 1
+    assert "holds no complete checkpoint yet" in capsys.readouterr().err
+
+
+def test_summary_values_read_well():
+    from worldtune.console import summary_value
+
+    assert summary_value("seconds", 587.7) == "587.7 (9m48s)"
+    assert summary_value("last_loss", 0.123456) == "0.1235" and summary_value("lr", 2 ** -14.5) == "4.316e-05"
+    assert summary_value("steps", 200) == "200"

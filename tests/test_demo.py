@@ -1,6 +1,7 @@
 """The end-to-end path a new user runs first: every stage on the tiny model."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow  # every stage twice (grid and separate views): ~55 s on 2 cores
+@pytest.mark.slow  # ~1 min on 2 cores: every stage end to end, with the separate-views comparison
 def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
     out = tmp_path / "demo"
     p = subprocess.run([sys.executable, "-m", "worldtune.cli", "demo", "--out", str(out), "--steps", "40",
@@ -20,6 +21,10 @@ def test_demo_runs_every_stage_and_writes_decodable_videos(tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "skipped" not in p.stdout.split("worldtune demo")[-1]  # every stage ran
+    for stage in ("prepare", "cache latents", "generate", "Sampson error", "pixel metrics", "idm train",
+                  "trajectories"):  # stdout is a pipe: each long loop speaks in plain lines while it runs
+        progress = [x for x in p.stdout.splitlines() if re.match(rf"{stage}: \d+/\d+ \w+ \(\d+%\)", x)]
+        assert len(progress) >= 3, (stage, progress)
     everything = [json.loads(x) for x in (out / "generations" / "generations.jsonl").read_text().splitlines()]
     rows = [r for r in everything if not r["baseline"]]  # the baselines: the first frame held, the real clip via the VAE
     assert {r["model"] for r in rows} == {"base", "lora"}
@@ -125,3 +130,21 @@ def test_action_demo_post_trains_forward_dynamics_and_labels_its_videos_back(tmp
     assert closed["real clip"]["nmse"] < 0.5 < closed["fd"]["nmse"]  # random weights follow no action
     assert results["closed_loop"]["cosmos3"]["models"]["fd"]["nmse"] is not None
     assert "Closed-loop action consistency" in (out / "report" / "report.html").read_text()
+
+
+@pytest.mark.slow  # ~2 min on 2 cores: a tiny Cosmos 3 model prepared, cached, trained and scored
+def test_eval_docs_actions_mode_commands_run_as_written(tmp_path, monkeypatch):
+    """docs/eval.md's actions-mode commands, in a fresh folder, in the order the page lists them."""
+    import shlex
+
+    from worldtune.cli import main
+
+    text = (REPO / "docs" / "eval.md").read_text()
+    block = next(b for b in text.split("```bash")[1:] if "--evaluate.mode actions" in b).split("```")[0]
+    commands = [shlex.split(line.split("#")[0]) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    assert [c[1] for c in commands] == ["demo", "model", "prepare", "cache", "train", "evaluate"]
+    monkeypatch.chdir(tmp_path)
+    for cmd in commands:
+        assert main([str(REPO / a) if a.startswith("configs/") else a for a in cmd[1:]]) == 0, cmd
+    results = json.loads((tmp_path / "demo_out/eval_actions/results.json").read_text())
+    assert results["models"]["fd"]["action_sensitivity"]["dynamic_psnr"]["n_inputs"] >= 5

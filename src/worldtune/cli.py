@@ -62,7 +62,8 @@ def config_help(*sections: str, also: str = "") -> str:
 
     from worldtune.config import WorldtuneConfig, describe_fields
 
-    lines = [f"Config keys (set in a TOML file or as --section.key VALUE; --print-config shows them resolved){also}:", ""]
+    lines = [escape(f"Config keys (set in a TOML file or as --section.key VALUE; --print-config shows them "
+                    f"resolved){also}:"), ""]
     for section in sections:
         for key, kind, default, text in describe_fields(WorldtuneConfig.model_fields[section].annotation, section):
             default = default if len(default) <= 48 else default[:45] + "..."
@@ -263,7 +264,9 @@ def model_init(name: str = typer.Argument(..., help="registry name, e.g. tiny-pr
 
 
 @model_app.command("info")
-def model_info(name: str = typer.Argument(..., help="registry name or model directory"),
+def model_info(name: str = typer.Argument(..., help="registry name, model directory, or hub id (org/name) in the "
+                                            "local Hugging Face cache"),
+               revision: Optional[str] = typer.Option(None, "--revision", help="hub revision, as model.revision"),
                frames: Optional[int] = typer.Option(None, "--frames"),
                height: Optional[int] = typer.Option(None, "--height"),
                width: Optional[int] = typer.Option(None, "--width"),
@@ -281,7 +284,7 @@ def model_info(name: str = typer.Argument(..., help="registry name or model dire
     _stage("worldtune.models.info", "print_info")(
         name, frames=frames, height=height, width=width, batch=batch, lora_rank=lora_rank,
         mode=mode, plan=plan, gpus=gpus, gpu_mem=gpu_mem, grad_checkpointing=grad_checkpointing,
-        memory_auto=memory_auto)
+        memory_auto=memory_auto, revision=revision)
 
 
 @launch_app.command("local", context_settings=_STAGE_CTX)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from worldtune.atomic import atomic_write_json
@@ -68,7 +69,7 @@ def run(cfg: WorldtuneConfig, stage: Callable[[str, Callable[[], Any]], Any] | N
     """Both branches, then one evaluation and one report; returns per-branch training summaries."""
     from worldtune.cli import _stage as stage_fn
 
-    stage = stage or _titled
+    stage = stage or _titled(4 * len(BRANCHES) + 2)
     root = Path(cfg.compare.out)
     summaries: dict[str, dict[str, Any]] = {}
     branches = {layout: branch_config(cfg, layout) for layout in BRANCHES}
@@ -88,9 +89,16 @@ def run(cfg: WorldtuneConfig, stage: Callable[[str, Callable[[], Any]], Any] | N
     return {"branches": summaries, "report": str(Path(rep.out) / "report.html")}
 
 
-def _titled(name: str, fn: Callable[[], Any]) -> Any:
-    console.rule(f"[bold]{name}")
-    return fn()
+def _titled(total: int) -> Callable[[str, Callable[[], Any]], Any]:
+    """Run each stage under a numbered rule (`compare 3/10: grid: train`): a log shows how far the comparison is."""
+    done = [0]
+
+    def run(name: str, fn: Callable[[], Any]) -> Any:
+        done[0] += 1
+        console.rule(f"[bold]compare {done[0]}/{total}: {escape(name)}")
+        return fn()
+
+    return run
 
 
 def print_summary(branches: dict[str, WorldtuneConfig], summaries: dict[str, dict[str, Any]], root: Path) -> None:

@@ -180,9 +180,11 @@ class TrajectoryExport:
         self.files = [view_files(r, self.roles, self.folder, self.layout) for r in self.rows]
         self.fps = self._fps()
         if tc.labeller == "cosmos3":
+            from worldtune.console import setting_up
             from worldtune.idm.cosmos3 import load_cosmos3_labeler
 
-            self.labeler = c3 = load_cosmos3_labeler(cfg, self.info.get("dataset"), self.fps)
+            with setting_up("trajectories", "loading the Cosmos 3 labeller"):
+                self.labeler = c3 = load_cosmos3_labeler(cfg, self.info.get("dataset"), self.fps)
             self.action_key, self.resize, self.robot_type = c3.action_key, str(self.layout.get("resize", "pad")
                                                                                if self.layout else "pad"), None
             self.trained_on = str(Path(tc.cosmos3.dataset or self.info.get("dataset")))
@@ -261,9 +263,9 @@ class TrajectoryExport:
         try:
             real = self._write_real(writer, sizes) if self.real is not None else 0
             synthetic = 0
-            from worldtune.eval.progress import progress_bar
+            from worldtune.console import Progress
 
-            with progress_bar(len(self.rows), "label + write") as advance:
+            with Progress("trajectories", len(self.rows), "videos") as bar:
                 for row, files in zip(self.rows, self.files):
                     key = (str(row["model"]), str(row["name"]), row.get("seed"))
                     score = self.scores.get(key, {})
@@ -273,7 +275,7 @@ class TrajectoryExport:
                     else:
                         self._write_generated(writer, row, {r: decode(f) for r, f in files.items()}, score)
                         synthetic += 1
-                    advance()
+                    bar.advance()
             if not synthetic and not real:
                 raise DatasetError(f"no trajectory passes trajectories.thresholds {dict(tc.thresholds)} "
                                    f"(failed per metric: {dropped}): relax them")
@@ -383,7 +385,7 @@ def print_comparison(result: dict[str, Any]) -> None:
     table.add_column("normalised", justify="right")
     for name, row in result["labellers"].items():
         table.add_row(name, *[f"{row['mse'][n]:.3g}" for n in names], f"{row['mse_overall']:.3g}",
-                      f"{row['normalised_mse']:.3f}")
+                      "—" if row["normalised_mse"] is None else f"{row['normalised_mse']:.3f}")
     Console().print(table)
     if result.get("note"):
         Console().print(f"  {result['note']}")
@@ -402,6 +404,10 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     """Entry point of `worldtune trajectories`."""
     from rich.console import Console
 
+    if cfg.trajectories.source:  # videos without actions, not a generation folder
+        from worldtune.idm.label_dataset import run as label_source
+
+        return label_source(cfg)
     summary = TrajectoryExport(cfg).run()
     if summary.get("labeller_comparison"):
         print_comparison(summary["labeller_comparison"])

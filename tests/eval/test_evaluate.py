@@ -95,7 +95,7 @@ def test_pixel_metrics_and_paired_difference_to_base(gen_folder, tmp_path):
     d = m["lora"]["vs_base"]["psnr"]
     assert d["base"] == "base" and d["n_pairs"] == 2 and d["n_inputs"] == 1
     assert d["mean"] > 10 and d["win_rate"] == 1.0
-    assert d["ci_low"] is None and "2 inputs" in d["reason"]  # one input: no interval, and it says why
+    assert d["ci_low"] is None and "1 input in common" in d["reason"]  # one input: no interval, and it says why
     assert m["lora"]["vs_base"]["warp_error"]["mean"] < 0  # lower is better: lora warps more cleanly
     assert "psnr" in m["lora"]["best"] and "vs_base" not in m["base"]
     assert m["real"]["warp_error"]["mean"] is not None  # the real clip's own warping error, as reference

@@ -107,3 +107,25 @@ def test_report_shows_differences_curves_posters_and_held_out_loss(report):
     posters = list((out / "assets" / "videos").glob("*.jpg"))
     assert posters and all(f"poster='{Path('assets/videos', p.name).as_posix()}'" in page for p in posters)
     assert "mode lora" in page  # the settings of the run that made the adapter
+
+
+def test_every_model_has_its_own_colour_in_every_plot(tmp_path, monkeypatch):
+    """Base, two adapters and a baseline: four colours, the same in the bar plot and the horizon plot."""
+    from matplotlib.axes import Axes
+
+    from worldtune.eval.report import REFERENCE_COLOUR, model_colours, plot_curve, plot_metric
+
+    labels = ["base", "lora", "dora", "first_frame", "real"]
+    seen: dict[str, list] = {"plot": [], "bar": []}
+    real_plot, real_bar = Axes.plot, Axes.bar
+    monkeypatch.setattr(Axes, "plot", lambda self, *a, **k: seen["plot"].append((k["label"], k["color"]))
+                        or real_plot(self, *a, **k))
+    monkeypatch.setattr(Axes, "bar", lambda self, x, h, **k: seen["bar"].extend(zip(x, k["color"]))
+                        or real_bar(self, x, h, **k))
+    stat = {"mean": 1.0, "std": 0.1, "n": 2}
+    results = {"models": {m: {"psnr": stat, "reference": m == "real", "baseline": m == "first_frame"} for m in labels}}
+    rows = [{"model": m, "baseline": m == "first_frame", "pixel_curves": {"psnr": [1.0, 2.0]}} for m in labels[:4]]
+    colours = model_colours(labels)
+    assert plot_metric(results, "psnr", tmp_path / "m.png", colours) and plot_curve(rows, "psnr", tmp_path / "c.png", colours)
+    assert len({colours[m] for m in labels[:4]}) == 4 and colours["real"] == REFERENCE_COLOUR
+    assert dict(seen["bar"]) == colours and dict(seen["plot"]) == {m: colours[m] for m in labels[:4]}

@@ -55,7 +55,7 @@ def test_cluster_bootstrap_widens_when_seeds_of_an_input_are_correlated():
 
 
 def test_constant_difference_has_a_zero_width_interval():
-    base = np.arange(12.0).reshape(4, 3)
+    base = np.arange(15.0).reshape(5, 3)
     d = paired_difference(_scores(base + 2.5), _scores(base), higher_is_better=False)
     assert (d.mean, d.ci_low, d.ci_high, d.win_rate) == pytest.approx((2.5, 2.5, 2.5, 0.0))
 
@@ -86,8 +86,20 @@ def test_reasons_for_what_cannot_be_computed():
     assert disjoint.mean is None and disjoint.win_rate is None and "no (input, seed) pair" in disjoint.reason
     one_input = paired_difference(model, {("a", 0): 0.0, ("a", 1): 0.0}, higher_is_better=True)
     assert one_input.mean == 1.5 and one_input.win_rate == 1.0 and one_input.n_inputs == 1
-    assert one_input.ci_low is None and one_input.ci_high is None and "at least 2 inputs" in one_input.reason
+    assert one_input.ci_low is None and one_input.ci_high is None and "1 input in common" in one_input.reason
     assert one_input.to_dict()["reason"] == one_input.reason
+
+
+def test_no_interval_below_five_inputs():
+    """Two inputs give a bootstrap 'interval' of two possible means: none is shown, and the reason names n."""
+    base = np.arange(15.0).reshape(5, 3)
+    model = base + np.arange(5.0)[:, None]
+    two = paired_difference(_scores(model[:2]), _scores(base[:2]), higher_is_better=True)
+    four = paired_difference(_scores(model[:4]), _scores(base[:4]), higher_is_better=True)
+    five = paired_difference(_scores(model), _scores(base), higher_is_better=True)
+    assert two.mean == 0.5 and two.ci_low is None and two.ci_high is None and "2 inputs in common" in two.reason
+    assert four.ci_low is None and "at least 5" in four.reason
+    assert five.ci_low is not None and five.ci_low <= five.mean <= five.ci_high and five.reason == ""
 
 
 def test_bootstrap_is_reproducible_and_seeded():
@@ -102,3 +114,26 @@ def test_best_models_honours_direction_ties_and_missing_values():
     assert best_models(means, higher_is_better=True) == ["lora", "dora"]
     assert best_models(means, higher_is_better=False) == ["base"]
     assert best_models({"base": 1.0, "lora": None}, higher_is_better=True) == []
+
+
+def test_evaluate_summary_fits_80_columns_and_shows_the_paired_differences(capsys):
+    """A 2-input run with every metric and long labels: no cell cut short, the differences to the base printed
+    with n pairs and inputs, and the missing interval explained."""
+    from worldtune.eval.evaluate import aggregate, print_summary
+
+    metrics = ["sampson_temporal", "sampson_crossview", "psnr", "ssim", "dynamic_psnr", "motion_iou_spatial",
+               "warp_error"]
+    rows = [{"model": m, "name": n, "seed": s, **{k: 12.8 + i + j + 0.37 * s for j, k in enumerate(metrics)}}
+            for i, m in enumerate(["base", "lora_step_000200_rank32", "real"]) for n in ("ep1", "ep2") for s in (0, 1)]
+    for r in rows:
+        r["reference"] = r["model"] == "real"
+    models, _ = aggregate(rows, metrics)
+    print_summary({"out": "runs/eval", "metrics": metrics, "models": models, "judge": {"status": "off"}})
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert "…" not in out and "(n=…" not in out
+    assert "model − base" in out and "lora_step_000200_rank32" in out
+    diff = out.split("model − base")[1].splitlines()
+    psnr = next(line for line in diff if line.split()[:1] == ["psnr"])
+    assert psnr.split() == ["psnr", "+1", "none", "100%", "4/2"]  # diff, no CI at 2 inputs, win, pairs/inputs
+    assert "no interval: 2 inputs in common, a bootstrap interval needs at least 5" in " ".join(out.split())

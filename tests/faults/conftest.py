@@ -89,6 +89,20 @@ def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
                           timeout=timeout, env=env(), **kw)
 
 
+def cli_here(*args: str) -> subprocess.CompletedProcess:
+    """`worldtune <args>` through the same entry point (`worldtune.cli.main`) in this process: what `cli` checks
+    of a command that fails before any work (its exit code and its stderr), without ~5 s of imports per call."""
+    import contextlib
+    import io
+
+    from worldtune.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(["worldtune", *args], code, out.getvalue(), err.getvalue())
+
+
 def one_line_error(p: subprocess.CompletedProcess) -> str:
     """The CLI failed with exit 1 and a single `error:` line, no traceback."""
     assert p.returncode == 1, (p.returncode, p.stderr[-2000:])

@@ -18,7 +18,7 @@ from worldtune.config import PrepareConfig
 from worldtune.data import prepare as prep
 from worldtune.errors import WorldtuneError
 
-from .conftest import cli, env, one_line_error, plain_dataset
+from .conftest import cli_here, env, one_line_error, plain_dataset
 
 PLAIN = ["--prepare.layout", "single", "--prepare.cameras", '{"video": "video"}', "--prepare.height", "32",
          "--prepare.width", "56", "--prepare.num_frames", "17", "--prepare.prompt_template", "plain"]
@@ -163,11 +163,11 @@ def test_only_successful_with_unreadable_success_flags_drops_and_counts(v21_copy
 def test_codec_or_preset_typo_fails_first_and_does_not_poison_the_folder(plain30, tmp_path):
     out = tmp_path / "out"
     for bad in (["--prepare.preset", "mediun"], ["--prepare.codec", "libx26"]):
-        p = cli("prepare", "--prepare.source", str(plain30), "--prepare.out", str(out), "--prepare.max_episodes", "2",
-                "--prepare.workers", "1", *PLAIN, *bad)
+        p = cli_here("prepare", "--prepare.source", str(plain30), "--prepare.out", str(out), "--prepare.max_episodes",
+                     "2", "--prepare.workers", "1", *PLAIN, *bad)
         assert "cannot encode" in one_line_error(p)
-    p = cli("prepare", "--prepare.source", str(plain30), "--prepare.out", str(out), "--prepare.max_episodes", "2",
-            "--prepare.workers", "1", *PLAIN)
+    p = cli_here("prepare", "--prepare.source", str(plain30), "--prepare.out", str(out), "--prepare.max_episodes", "2",
+                 "--prepare.workers", "1", *PLAIN)
     assert p.returncode == 0, p.stderr[-2000:]
 
 
@@ -188,7 +188,7 @@ def test_damaged_metadata_is_a_one_line_error(damage, v21_copy, tmp_path):
         info = json.loads((meta / "info.json").read_text())
         info["fps"] = "15fps"
         (meta / "info.json").write_text(json.dumps(info))
-    p = cli("prepare", "--prepare.source", str(v21_copy), "--prepare.out", str(tmp_path / "out"))
+    p = cli_here("prepare", "--prepare.source", str(v21_copy), "--prepare.out", str(tmp_path / "out"))
     line = one_line_error(p)
     assert str(v21_copy) in line
 
@@ -202,6 +202,6 @@ def test_a_second_run_into_a_live_runs_folder_is_refused(plain30, tmp_path):
     out = tmp_path / "out"
     args = ("prepare", "--prepare.source", str(plain30), "--prepare.out", str(out), "--prepare.workers", "1", *PLAIN)
     with OutputLock(out, "prepare"):
-        assert "in use by another worldtune run" in one_line_error(cli(*args))
-    assert cli(*args).returncode == 0
+        assert "in use by another worldtune run" in one_line_error(cli_here(*args))
+    assert cli_here(*args).returncode == 0
     assert len(pq.read_table(out / "manifest.parquet")) == 24

@@ -96,3 +96,25 @@ def test_dataset_without_actions_is_a_one_line_error(demo_lerobot, tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1
     assert str(root / "meta" / "info.json") in err and "idm.action_key" in err
+
+
+def test_normalised_errors_leave_constant_entries_out_and_the_oracle_is_named(capsys):
+    """7-D actions whose last 3 entries never move in training: those are listed, not averaged in as 0 error."""
+    from worldtune.idm.train import held_out_report, print_report
+
+    rng = np.random.default_rng(0)
+    names = [f"a{i}" for i in range(7)]
+    truth = np.concatenate([rng.normal(0, 1, (40, 4)), np.zeros((40, 3))], axis=1)
+    pred = truth + np.concatenate([rng.normal(0, 0.5, (40, 4)), np.zeros((40, 3))], axis=1)
+    std = np.array([1.0] * 4 + [0.0] * 3)
+    m = held_out_report([truth], [pred], np.zeros(7), std, names, None)
+    mse = np.array([m["idm"]["mse"][n] for n in names[:4]])
+    assert m["idm"]["normalised_mse"] == pytest.approx(mse.mean())  # over the 4 that vary: ~0.25, not ~0.14
+    report = {"metrics": m, "episodes": {"held_out": [1]}, "held_out_frames": 40, "action_names": names,
+              "gripper": None, "constant_entries": ["a4", "a5", "a6"]}
+    print_report(report)
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80 and "…" not in out, out
+    out = " ".join(out.split())
+    assert "previous action (ORACLE)" in out and "oracle: it is given the true previous action" in out
+    assert "over the 4 entries that vary; constant in training, left out: a4, a5, a6" in out

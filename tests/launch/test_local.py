@@ -99,7 +99,7 @@ def _wait_for_step(p: subprocess.Popen, run: Path, step: int) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.slow  # two processes, a kill and a restart: ~35 s on 2 cores
+@pytest.mark.slow  # ~40 s on 2 cores: a torchrun launch killed and restarted, against a 2-process reference run
 def test_killed_rank_is_restarted_and_resumes_exactly(reference, tiny_model_dir, cached_dataset, tmp_path):
     crash_cfg = _config(tmp_path / "crash.toml", tiny_model_dir, cached_dataset, tmp_path / "crash")
     crash = _launch(crash_cfg, "--gpus", "2", "--max-restarts", "2")
@@ -135,7 +135,7 @@ def test_killed_rank_is_restarted_and_resumes_exactly(reference, tiny_model_dir,
     _assert_same_as_reference(tmp_path / "crash", reference)
 
 
-@pytest.mark.slow  # two processes, a signal and a requeue: ~40 s on 2 cores
+@pytest.mark.slow  # ~40 s on 2 cores: a torchrun launch preempted and relaunched, against a 2-process reference run
 def test_usr1_drill_checkpoints_requeues_and_continues_exactly(reference, tiny_model_dir, cached_dataset, tmp_path):
     """The preemption drill on two processes: SIGUSR1 to the job -> checkpoint and exit 42 (requeue);
     relaunched, it starts at the step after that checkpoint and every loss equals the uninterrupted run."""

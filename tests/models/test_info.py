@@ -144,3 +144,28 @@ def test_print_info_reads_a_model_directory(tmp_path):
     n = print_info(str(tmp_path), frames=17, height=64, width=112, console=Console(record=True))
     assert n["params"] == count_transformer_params(cfg, get_spec("tiny-predict2.5").lora_targets, 32).total
     assert n["tokens"] == 5 * 4 * 7
+
+
+def test_print_info_takes_a_hub_id_from_the_local_cache(tmp_path, monkeypatch):
+    """`org/name` as model.path takes it: read from the local Hugging Face cache, nothing downloaded."""
+    import huggingface_hub.constants as hub
+
+    snap = tmp_path / "models--org--tiny" / "snapshots" / "abc123"
+    (snap / "transformer").mkdir(parents=True)
+    (snap / "model_index.json").write_text(json.dumps({"_class_name": "Cosmos2_5_PredictBasePipeline"}))
+    cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in get_spec("tiny-predict2.5").transformer.items()}
+    (snap / "transformer" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+    n = print_info("org/tiny", frames=17, height=64, width=112, console=Console(record=True))
+    assert n["tokens"] == 5 * 4 * 7
+    with pytest.raises(ModelError, match="no snapshot of the hub model org/other"):
+        print_info("org/other", console=Console(record=True))
+
+
+def test_plan_of_a_mode_the_family_does_not_model_says_which():
+    with pytest.raises(ModelError, match="models Cosmos 3 LoRA training only, not dora; use --mode lora"):
+        print_info("tiny-cosmos3", plan=True, mode="dora", console=Console(record=True))
+    n = print_info("tiny-cosmos3", plan=True, mode="lora", console=Console(record=True))
+    assert n["plan"].mode == "lora"

@@ -67,6 +67,7 @@ def test_log_file_gets_step_lines_while_training_and_resume_continues_once(tiny_
     assert (out / "loss.png").stat().st_size > 1000  # `worldtune train` draws the curve
     run = json.loads((out / "run.json").read_text())
     assert run["lora"]["rank"] == 4 and run["lora"]["alpha"] == 4.0  # alpha as trained, not null
+    assert run["model_path"] == str(tiny_model_dir) and "model_revision" in run  # what was asked, not only resolved
 
     # 3. rerunning the finished run adds no rows
     assert main(_args(tiny_model_dir, cached_dataset, out, *extra)) == 0

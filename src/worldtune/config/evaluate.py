@@ -111,12 +111,16 @@ class EvaluateConfig(Section):
 
 
 class ReportConfig(Section):
-    eval: str = "demo_out/eval"
-    runs: list[str] = Field(default_factory=list)  # training run folders for loss curves
-    out: str = "demo_out/report"
-    title: str = "worldtune report"
-    video_format: Literal["auto", "mp4", "webm"] = "auto"  # auto: copy H.264/VP9 as is, re-encode others to WebM
-    max_examples: int = 12  # example rows (inputs) shown with videos
+    """`worldtune report`: one HTML page and a Markdown summary of an evaluation and training runs."""
+
+    eval: str = Field("demo_out/eval", description="the evaluation folder to show (evaluate.out)")
+    runs: list[str] = Field(default_factory=list, description="training run folders (train.out) whose loss "
+                            "curves are drawn")
+    out: str = Field("demo_out/report", description="folder of report.html, report.md and their assets")
+    title: str = Field("worldtune report", description="the page's title")
+    video_format: Literal["auto", "mp4", "webm"] = Field("auto", description="auto: copy H.264/VP9/AV1 as they are, "
+                                                         "re-encode others to WebM; webm: always WebM")
+    max_examples: int = Field(12, description="example rows (input and seed) shown with their videos")
 
 
 class CompareConfig(Section):

@@ -111,6 +111,8 @@ class TrajectoriesConfig(Section):
                                         description="the cosmos3 labeller's settings")
 
     generations: str = Field("demo_out/generations", description="a folder written by `worldtune generate`")
+    source: str | None = Field(None, description="instead of the generations: a LeRobot dataset or a folder of "
+                               "videos (videos/*.mp4 + metas/*.txt) without actions, labelled by the IDM")
     idm: str = Field("demo_out/runs/idm", description="an IDM run folder (or its idm/ folder) from `worldtune idm train`")
     out: str = Field("demo_out/trajectories", description="the LeRobot v3.0 dataset to write; must not exist yet")
     models: list[str] = Field(default_factory=list, description="generation model labels to export (e.g. [\"lora\"]); "

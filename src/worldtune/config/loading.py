@@ -51,14 +51,21 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         parts = key.replace("-", "_").split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = _parse_value(raw)
+        value = _parse_value(raw)
+        node[parts[-1]] = _Whole(value) if isinstance(value, dict) else value
     return tree
+
+
+class _Whole(dict):
+    """A table given whole on the command line (`--prepare.cameras '{video="video"}'`): it replaces the
+    file's table instead of merging into it, or a 4-camera recipe would keep its other 3 cameras."""
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        whole = isinstance(v, _Whole) or not isinstance(v, dict) or not isinstance(out.get(k), dict)
+        out[k] = dict(v) if isinstance(v, _Whole) else v if whole else _merge(out[k], v)
     return out
 
 
@@ -140,7 +147,8 @@ def describe_fields(model: type[BaseModel], prefix: str) -> list[tuple[str, str,
             default = "(required)"
         else:
             value = field.get_default(call_default_factory=True)
-            default = "none" if value is None else _inline(_jsonable(value))
+            default = "none" if value is None else f"{value:.4g}" if isinstance(value, float) and len(repr(value)) > 8 \
+                else _inline(_jsonable(value))
         rows.append((key, _type_name(sub), default, field.description or ""))
     return rows
 

@@ -86,11 +86,13 @@ class TrainConfig(Section):
     steps: int = Field(200, description="optimizer steps")
     batch_size: int = Field(1, description="clips per process per micro-batch")
     grad_accum: int = Field(1, description="micro-batches per optimizer step")
-    lr: float = Field(2**-14.5, description="peak learning rate (times the schedule's multiplier)")
+    lr: float = Field(2**-14.5, description="peak learning rate (times the schedule's multiplier); the default is "
+                      "NVIDIA's 2^-14.5")
     weight_decay: float = Field(1e-3, description="AdamW weight decay")
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas")
     eps: float = Field(1e-8, description="AdamW epsilon")
-    warmup: int = Field(1000, description="linear warmup steps (keep below steps)")
+    warmup: int | None = Field(None, description="linear warmup steps (below steps); none = NVIDIA's 1000, but at "
+                               "most a tenth of steps")
     f_max: float = Field(0.5, description="lr multiplier at the end of warmup; decays linearly to f_min")
     f_min: float = Field(0.2, description="lr multiplier at the last step")
     grad_clip: float = Field(1.0, description="gradient norm clip (0 = off)")

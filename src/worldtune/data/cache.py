@@ -132,26 +132,27 @@ def encode_clips(rows: Iterable[dict[str, Any]], encode_row: RowEncoder, writer:
     (a clip counts as cached once its latents are, so a kill between the two only repeats the actions).
 
     A clip the dataset cannot give (unreadable mp4, missing view, broken action file) is skipped and counted."""
-    from rich.progress import track
+    from worldtune.console import Progress
 
     rows = list(rows)
     done = Encoded()
-    for start in track(range(0, len(rows), batch_size), description="VAE latents", transient=True,
-                       disable=not (rows and progress)):
-        tensors: dict[str, torch.Tensor] = {}
-        chunks: dict[str, torch.Tensor] = {}
-        for row in rows[start:start + batch_size]:
-            try:
-                side = actions(row) if actions is not None else {}
-                tensors.update(encode_row(row))
-                chunks.update(side)
-                done.clips += 1
-            except DatasetError as e:
-                done.failed[row["clip_id"]] = str(e)
-        if chunks:
-            writer.save("actions", chunks)
-        if tensors:
-            writer.save("latents", tensors)
+    with Progress("cache latents", len(rows), "clips", enabled=bool(rows and progress)) as bar:
+        for start in range(0, len(rows), batch_size):
+            tensors: dict[str, torch.Tensor] = {}
+            chunks: dict[str, torch.Tensor] = {}
+            for row in rows[start:start + batch_size]:
+                try:
+                    side = actions(row) if actions is not None else {}
+                    tensors.update(encode_row(row))
+                    chunks.update(side)
+                    done.clips += 1
+                except DatasetError as e:
+                    done.failed[row["clip_id"]] = str(e)
+                bar.advance()
+            if chunks:
+                writer.save("actions", chunks)
+            if tensors:
+                writer.save("latents", tensors)
     return done
 
 
@@ -170,16 +171,17 @@ def encode_texts(pipe, spec, batches: list[list[str]], text_kind: str, have: set
                  info: dict[str, Any]) -> int:
     """Encode every batch that holds a prompt not yet cached (for the clips `info` describes: Cosmos 3's
     text depends on their shape and fps); returns how many prompts were encoded."""
-    from rich.progress import track
-
+    from worldtune.console import Progress
     from worldtune.models.family import family_of
 
     family = family_of(spec)
     clip = dict(num_frames=info["num_frames"], height=info["height"], width=info["width"], fps=clip_fps(info, spec))
     todo = [b for b in batches if any(prompt_key(p) not in have for p in b)]
-    for batch in track(todo, description="text embeddings", transient=True, disable=not todo):
-        emb = family.encode_prompts(pipe, batch, text_kind, **clip)
-        writer.save("text", {prompt_key(p): e for p, e in zip(batch, emb)})
+    with Progress("cache text", sum(len(b) for b in todo), "prompts", enabled=bool(todo)) as bar:
+        for batch in todo:
+            emb = family.encode_prompts(pipe, batch, text_kind, **clip)
+            writer.save("text", {prompt_key(p): e for p, e in zip(batch, emb)})
+            bar.advance(len(batch))
     return sum(len(b) for b in todo)
 
 
@@ -291,9 +293,12 @@ def load_encoder(cfg, local_rank: int = 0) -> Encoder:
     device = device_for(ccfg.device, local_rank)
     cuda = torch.device(device).type == "cuda"
     vae_dtype = ccfg.vae_dtype if ccfg.vae_dtype != "auto" else ("bf16" if cuda else "fp32")
-    pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if cuda else "fp32", vae_dtype=vae_dtype,
-                               device=device, seed=cfg.model.seed, revision=cfg.model.revision,
-                               random_weights=cfg.model.random_weights)
+    from worldtune.console import setting_up
+
+    with setting_up("cache", "loading model"):
+        pipe, spec = load_pipeline(cfg.model.name, cfg.model.path, dtype="bf16" if cuda else "fp32",
+                                   vae_dtype=vae_dtype, device=device, seed=cfg.model.seed, revision=cfg.model.revision,
+                                   random_weights=cfg.model.random_weights)
     mode = resolve_vae_mode(ccfg.vae_mode, device)
     apply_vae_mode(pipe.vae, mode)
     from worldtune.models.family import family_of

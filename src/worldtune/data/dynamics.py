@@ -234,15 +234,16 @@ def cache_encoders(dataset: str | Path, pipe, spec, setup: DynamicsSetup):
 
 def encode_task_texts(pipe, spec, setup: DynamicsSetup, batches: list[list[str]], have: set[str], writer) -> int:
     """Cache the action caption ids of every batch of tasks holding one not yet cached; returns how many."""
-    from rich.progress import track
-
+    from worldtune.console import Progress
     from worldtune.data.latent_cache import prompt_key
     from worldtune.models.family import action_dynamics
 
     dyn = action_dynamics(spec)
     todo = [b for b in batches if any(prompt_key(p) not in have for p in b)]
-    for batch in track(todo, description="action captions", transient=True, disable=not todo):
-        ids = dyn.prompt_ids(pipe, batch, setup.chunk, setup.canvas, setup.fps, setup.view_point,
-                             spec.max_sequence_length)
-        writer.save("text", {prompt_key(p): e for p, e in zip(batch, ids)})
+    with Progress("cache captions", sum(len(b) for b in todo), "tasks", enabled=bool(todo)) as bar:
+        for batch in todo:
+            ids = dyn.prompt_ids(pipe, batch, setup.chunk, setup.canvas, setup.fps, setup.view_point,
+                                 spec.max_sequence_length)
+            writer.save("text", {prompt_key(p): e for p, e in zip(batch, ids)})
+            bar.advance(len(batch))
     return sum(len(b) for b in todo)

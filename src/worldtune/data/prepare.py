@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 
 from worldtune.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, remove_stale_temps
 from worldtune.config import PrepareConfig
+from worldtune.console import setting_up
 from worldtune.data import actions as action_data
 from worldtune.data.frame_size import check_frame_size, size_steps
 from worldtune.data.layout import GridLayout, Layout, SeparateLayout, SingleLayout, fit_i420, i420_exact, \
@@ -422,7 +423,8 @@ def run(cfg: PrepareConfig, *, on_clip: ClipHook | None = None, quiet: bool = Fa
     out = Path(cfg.out)
     with OutputLock(out, "prepare"), _StopOnSigterm() as stop:
         _start_output(out, cfg)
-        plan = plan_episodes(ds, cfg, template)
+        with setting_up("prepare", f"planning clips of {ds.root}", enabled=not quiet):
+            plan = plan_episodes(ds, cfg, template)
         if actions is not None:
             _drop_without_actions(plan, actions)
         records = _load_records(out, {j.episode_index: j for j in plan.jobs}, sink.has if sink else None)
@@ -551,16 +553,13 @@ def _clip_files_exist(out: Path, row: dict) -> bool:
 
 def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: bool, stop: _StopOnSigterm):
     """Process episodes in `workers` processes (1 = in this process) under a progress bar."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from worldtune.console import Progress
 
-    progress = Progress(TextColumn("prepare"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
-                        TimeRemainingColumn(), disable=quiet or not jobs, transient=False)
-    with progress:
-        task = progress.add_task("episodes", total=len(jobs))
+    with Progress("prepare", len(jobs), "episodes", enabled=not quiet and bool(jobs)) as progress:
         if workers <= 1 or len(jobs) <= 1:
             for job in jobs:
                 yield _guard(process_episode, job, ws)
-                progress.advance(task)
+                progress.advance()
             return
         import multiprocessing as mp
 
@@ -581,7 +580,7 @@ def _run_jobs(jobs: list[EpisodeJob], ws: WorkerSettings, workers: int, quiet: b
                     done |= {f for f in pending if f.done()}
                 for fut in done:  # each episode is handed back (and recorded) as it finishes
                     yield fut.result()
-                    progress.advance(task)
+                    progress.advance()
                 if stop.requested:
                     raise Stopped(stop.MESSAGE)
         except BrokenProcessPool:

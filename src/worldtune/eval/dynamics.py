@@ -285,8 +285,11 @@ def generate_under_actions(cfg) -> Path:
     clips = load_clips(dataset, rows, domain.width)
     donors = derangement([c.episode for c in clips], ac.shuffle_seed) if ac.other_actions else None
 
-    pipe, spec, family = _load(cfg)
+    from worldtune.console import setting_up
     from worldtune.models.load import fingerprint
+
+    with setting_up("evaluate", "loading model"):
+        pipe, spec, family = _load(cfg)
 
     base_fp = fingerprint(pipe.transformer)  # before any adapter is injected
     models = plan_models(ac, pipe, family, index, info)
@@ -303,10 +306,10 @@ def generate_under_actions(cfg) -> Path:
     truth = {c.name: _write_truth(out, dataset, c, layout, fps) for c in clips}
     drives = [("own", i) for i in range(len(clips))] + ([("other", i) for i in range(len(clips))] if donors else [])
     jobs = [(m, kind, i, seed) for m in models for kind, i in drives for seed in ac.seeds]
-    from worldtune.eval.progress import progress_bar
+    from worldtune.console import Progress
 
     t0, made = time.time(), 0
-    with progress_bar(len(jobs), "forward dynamics") as advance:
+    with Progress("forward dynamics", len(jobs), "videos") as bar:
         current = None
         for m, kind, i, seed in jobs:
             clip = clips[i]
@@ -314,7 +317,7 @@ def generate_under_actions(cfg) -> Path:
             label = m.label + (OTHER_SUFFIX if kind == "other" else "")
             phash = _params_hash(m, clip.name, donor.name, seed, ac, base_fp)
             if records.is_complete(out, done.get((label, clip.name, seed)), phash):
-                advance()
+                bar.advance()
                 continue
             if current is not m:
                 rows_state.use(m)
@@ -341,7 +344,7 @@ def generate_under_actions(cfg) -> Path:
                 "steps": ac.steps, "guidance": ac.guidance, "tier": m.tier, "view_point": m.view_point,
                 "domain": domain.to_dict(), "elapsed_s": round(time.time() - started, 3), "params_hash": phash})
             made += 1
-            advance()
+            bar.advance()
     records.merge(out)
     from rich.console import Console
 

@@ -474,38 +474,38 @@ def write_rows(out: Path, rows: Sequence[dict[str, Any]], metrics: Sequence[str]
 
 
 def print_summary(results: dict[str, Any]) -> None:
-    """The models x metrics table (mean ± std, n), and what was skipped."""
+    """The scores (model, metric, mean ± std, n), the paired differences to the base and the action sensitivity
+    (mean, 95 % CI, win rate, pairs and inputs), and what was skipped.
+
+    A heading row per model, then a row per metric, not a column per metric: however many metrics were asked
+    for and however long the model names, every table fits 80 columns, which is what a log file under SLURM is
+    rendered at."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
     metrics = results["metrics"]
-    table = Table(title=f"worldtune evaluate: {results['out']}")
-    table.add_column("model")
-    table.add_column("videos", justify="right")
-    for m in metrics:
-        arrow = "↓" if m in LOWER_IS_BETTER else "↑"
-        table.add_column(f"{m} {arrow}", justify="right")
-    for label, s in results["models"].items():
-        cells = []
-        for m in metrics:
-            v = s[m]
-            cells.append("—" if v["mean"] is None else f"{v['mean']:.3f} ± {v['std']:.3f} (n={v['n']})")
-        table.add_row(label + (" (reference)" if s["reference"] else f" (baseline: {s.get('description') or label})"
-                               if s.get("baseline") else ""), str(s["videos"]), *cells)
     console = Console()
+    table = _long_table(f"worldtune evaluate: {results['out']}", ("mean", "± std", "videos"))
+    for label, s in results["models"].items():
+        table.add_row(Text(label + (" (reference)" if s["reference"] else " (baseline)" if s.get("baseline") else ""),
+                           style="bold"))
+        for i, m in enumerate(metrics):
+            v = s[m]
+            mean, std = ("—", "") if v["mean"] is None else (_num(v["mean"]), _num(v["std"]))
+            table.add_row(f"  {m} {'↓' if m in LOWER_IS_BETTER else '↑'}", mean, std, str(v["n"]),
+                          end_section=i == len(metrics) - 1)
     console.print(table)
-    sens = {label: s["action_sensitivity"] for label, s in results["models"].items() if "action_sensitivity" in s}
-    if sens:
-        from worldtune.eval.report import delta_text
-
-        t2 = Table(title="action sensitivity: own actions - another episode's actions (mean [95 % CI over clips], "
-                         "win rate, n)")
-        t2.add_column("model")
-        for m in metrics:
-            t2.add_column(m, justify="right")
-        for label, d in sens.items():
-            t2.add_row(label, *[delta_text(d[m]) for m in metrics])
-        console.print(t2)
+    for label, s in results["models"].items():
+        if s.get("baseline") and s.get("description"):
+            console.print(f"  baseline {label}: {s['description']}")
+    notes: dict[str, dict[str, None]] = {}  # why a figure is missing -> the models it is missing for
+    for key, title in (("vs_base", "model − base, paired over (input, seed); n = pairs/inputs"),
+                       ("action_sensitivity", "own − another episode's actions, paired per clip; n = pairs/clips")):
+        diffs = {label: s[key] for label, s in results["models"].items() if key in s}
+        if diffs:
+            console.print(_differences_table(title, diffs, metrics, notes))
+    for why, where in notes.items():
+        console.print(f"  {why} ({', '.join(where)})")
     for label, s in results.get("sampson", {}).items():
         for kind in ("temporal", "crossview"):
             k = s.get(kind)
@@ -627,6 +627,46 @@ def _closed_loop(whole: Any, generations: Path) -> dict[str, Any]:
             fps = float(json.loads((dataset / "info.json").read_text())["fps"])
             labellers[kind] = cl.cosmos3_labeller(whole, dataset, fps)
     return cl.run(generations, dataset, labellers)
+
+
+def _num(x: float) -> str:
+    """Four significant digits, no exponent for ordinary values: `23.41`, `0.8123`, `1.204`."""
+    return f"{x:.4g}"
+
+
+def _differences_table(title: str, diffs: dict[str, dict[str, Any]], metrics: Sequence[str],
+                       notes: dict[str, dict[str, None]]):
+    """Per model, per metric: mean difference, 95 % CI, win rate, n (pairs/inputs); the reasons for missing
+    figures are collected in `notes` (printed once under the tables)."""
+    from rich.text import Text
+
+    t = _long_table(title, ("diff", "95 % CI", "win", "n"))
+    for label, per in diffs.items():
+        t.add_row(Text(label, style="bold"))
+        for i, m in enumerate(metrics):
+            d = per.get(m) or {}
+            if d.get("ci_low") is None:
+                notes.setdefault(d.get("reason") or "no data", {})[label] = None
+            if d.get("mean") is None:
+                cells = ["—", "", ""]
+            else:
+                ci = f"[{d['ci_low']:+.2g}, {d['ci_high']:+.2g}]" if d.get("ci_low") is not None else "none"
+                cells = [f"{d['mean']:+.3g}", ci, f"{100 * d['win_rate']:.0f}%"]
+            cells.append(f"{d.get('n_pairs', 0)}/{d.get('n_inputs', 0)}")
+            t.add_row(f"  {m}", *cells, end_section=i == len(metrics) - 1)
+    return t
+
+
+def _long_table(title: str, columns: Sequence[str]):
+    """A table of (model heading, metric) rows and right-aligned figures that are never cut short."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, box=box.SIMPLE_HEAD)
+    t.add_column("model / metric", overflow="fold")
+    for col in columns:
+        t.add_column(col, justify="right", no_wrap=True)
+    return t
 
 
 def _write_json(path: Path, obj: Any) -> None:

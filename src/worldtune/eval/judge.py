@@ -406,15 +406,15 @@ class Judge:
 
     def judge_many(self, items: Sequence[JudgeItem], progress: bool = True) -> list[JudgeResult]:
         """All rubrics for all videos, `concurrency` requests at a time, with a progress bar."""
-        from worldtune.eval.progress import progress_bar
+        from worldtune.console import Progress
 
         results: dict[int, list[JudgeResult]] = {}
-        with progress_bar(len(items), "VLM judge", enabled=progress) as advance:
+        with Progress("VLM judge", len(items), "videos", enabled=progress) as bar:
             with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
                 futures = {pool.submit(self.judge_video, it): i for i, it in enumerate(items)}
                 for fut in as_completed(futures):
                     results[futures[fut]] = fut.result()
-                    advance()
+                    bar.advance()
         return [r for i in range(len(items)) for r in results[i]]
 
 

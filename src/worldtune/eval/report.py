@@ -29,6 +29,8 @@ import numpy as np
 from worldtune.atomic import atomic_write_text
 from worldtune.errors import EvaluationError
 from worldtune.eval.dynamics import OTHER_SUFFIX
+from worldtune.eval.evaluate import is_reference
+from worldtune.eval.stats import MIN_CI_INPUTS
 
 PLAYABLE = {"h264": ".mp4", "vp9": ".webm", "av1": ".webm"}
 METRIC_TITLES = {"sampson_temporal": "Sampson error, temporal (px)", "sampson_crossview": "Sampson error, cross-view (px)",
@@ -120,13 +122,35 @@ def _fmt(stat: dict[str, Any] | None, digits: int = 2) -> str:
     return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f} (n={stat['n']})"
 
 
-def plot_metric(results: dict[str, Any], metric: str, path: Path) -> Path | None:
-    """Bar plot of one metric per model (error bars: std over videos)."""
+REFERENCE_COLOUR = "#999999"
+
+
+def model_colours(labels: Sequence[str]) -> dict[str, str]:
+    """One colour per model, the same in every plot of a report (matplotlib's tab10 cycle, then tab20),
+    the real clips grey; `labels` in the results' order, so the base model always gets the first colour."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    # tab10 without its grey (the real clips' colour), then tab20's light shades
+    cycle = [colormaps["tab10"](i) for i in range(10) if i != 7] + [colormaps["tab20"](i) for i in range(1, 20, 2)]
+    out, i = {}, 0
+    for label in labels:
+        if is_reference(label):
+            out[label] = REFERENCE_COLOUR
+        elif label not in out:
+            out[label] = to_hex(cycle[i % len(cycle)])
+            i += 1
+    return out
+
+
+def plot_metric(results: dict[str, Any], metric: str, path: Path, colours: dict[str, str] | None = None) -> Path | None:
+    """Bar plot of one metric per model, each in its colour (error bars: std over videos)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    colours = colours or model_colours(list(results["models"]))
     labels, means, stds, colors = [], [], [], []
     for label, s in results["models"].items():
         st = s.get(metric) or {}
@@ -135,12 +159,14 @@ def plot_metric(results: dict[str, Any], metric: str, path: Path) -> Path | None
         labels.append(label)
         means.append(st["mean"])
         stds.append(st["std"] or 0.0)
-        colors.append("#999999" if s.get("reference") else "#cfcfcf" if s.get("baseline") else
-                      "#3b75af" if label == "base" else "#e1812c")
+        colors.append(colours.get(label, REFERENCE_COLOUR))
     if not labels:
         return None
     fig, ax = plt.subplots(figsize=(max(3.5, 1.1 * len(labels) + 1.5), 3.0), dpi=110)
-    ax.bar(labels, means, yerr=stds, color=colors, capsize=4)
+    bars = ax.bar(labels, means, yerr=stds, color=colors, capsize=4)
+    for bar, label in zip(bars, labels):  # baselines hatched: not models
+        if results["models"][label].get("baseline"):
+            bar.set_hatch("//")
     ax.set_title(METRIC_TITLES.get(metric, metric), fontsize=10)
     if metric in results.get("lower_is_better", []):
         ax.set_ylabel("lower is better", fontsize=8)
@@ -190,8 +216,10 @@ def _ema(values: Sequence[float], decay: float | None = None) -> list[float]:
     return out
 
 
-def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> Path | None:
-    """A pixel metric over the horizon: per model, the mean over its videos of the per-frame curve."""
+def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path,
+               colours: dict[str, str] | None = None) -> Path | None:
+    """A pixel metric over the horizon: per model (each in its colour), the mean over its videos of the per-frame
+    curve."""
     by_model: dict[str, list[list[float | None]]] = {}
     baselines = {r["model"] for r in rows if r.get("baseline")}
     for r in rows:
@@ -205,11 +233,14 @@ def plot_curve(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> Path 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    order = sorted(by_model, key=lambda m: (m in baselines, m != "base", m))
+    colours = colours or model_colours(order)
     fig, ax = plt.subplots(figsize=(4.2, 3.0), dpi=110)
-    for label, curves in sorted(by_model.items(), key=lambda kv: (kv[0] in baselines, kv[0] != "base", kv[0])):
+    for label in order:
+        curves = by_model[label]
         n = min(len(c) for c in curves)
         mean = [np.nanmean([np.nan if c[i] is None else c[i] for c in curves]) for i in range(n)]
-        ax.plot(range(1, n + 1), mean, label=label, color="#3b75af" if label == "base" else None,
+        ax.plot(range(1, n + 1), mean, label=label, color=colours.get(label, REFERENCE_COLOUR),
                 linestyle=":" if label in baselines else "--" if label.endswith(OTHER_SUFFIX) else "-")
     ax.set_title(f"{METRIC_TITLES.get(metric, metric)} over the horizon", fontsize=9)
     ax.set_xlabel("generated frame (after the conditioning frames)", fontsize=8)
@@ -321,15 +352,16 @@ def _metrics_table_html(results: dict[str, Any]) -> str:
         table += f"<p>{html.escape(BASELINE_NOTE)}.</p>"
     if deltas:
         table += (f"<h3>Paired difference to the base model</h3><p>mean over the same (input, seed) pairs, "
-                  f"[95 % CI over inputs], win rate, n pairs; hover an empty cell for the reason; a baseline's row "
+                  f"[95 % CI over inputs; none below {MIN_CI_INPUTS} inputs], win rate, n pairs / inputs; hover an "
+                  f"empty cell for the reason; a baseline's row "
                   f"below 0 (above 0 for ↓ metrics) means the base model beats it</p>"
                   f"<table><tr><th>model</th>{head}</tr>{''.join(deltas)}</table>")
     return table + _sensitivity_html(results) + _closed_loop_html(results) + _views_html(results)
 
 
 SENSITIVITY_NOTE = ("the same model, clip, first frame and seed, driven by the clip's own actions minus driven by "
-                    "another episode's actions: mean [95 % CI over clips], win rate, n pairs. A model that uses its "
-                    "actions reads above 0 on PSNR, SSIM and dynamic PSNR; one that ignores them reads 0")
+                    "another episode's actions: mean [95 % CI over clips], win rate, n pairs / clips. A model that "
+                    "uses its actions reads above 0 on PSNR, SSIM and dynamic PSNR; one that ignores them reads 0")
 
 
 def _sensitivity_html(results: dict[str, Any]) -> str:
@@ -381,12 +413,15 @@ def _views_html(results: dict[str, Any]) -> str:
 
 
 def delta_text(d: dict[str, Any]) -> str:
-    """'+0.12 [−0.05, +0.30] win 63 % n=8', or '— (reason)'."""
+    """'+0.12 [−0.05, +0.30] win 63 %, n = 8 pairs / 4 inputs'; without an interval the reason in short
+    ('(no CI: 2 inputs < 5)'); '— (reason)' when there is no difference at all."""
     if d.get("mean") is None:
         return f"— ({d.get('reason') or 'no data'})"
-    ci = f" [{d['ci_low']:+.3g}, {d['ci_high']:+.3g}]" if d.get("ci_low") is not None else ""
+    n = d.get("n_inputs", 0)
+    ci = (f" [{d['ci_low']:+.3g}, {d['ci_high']:+.3g}]" if d.get("ci_low") is not None
+          else f" (no CI: {n} input{'s' if n != 1 else ''} < {MIN_CI_INPUTS})")
     win = f" win {100 * d['win_rate']:.0f} %" if d.get("win_rate") is not None else ""
-    return f"{d['mean']:+.3g}{ci}{win} n={d['n_pairs']}"
+    return f"{d['mean']:+.3g}{ci}{win}, n = {d['n_pairs']} pairs / {n} inputs"
 
 
 def _judge_note(results: dict[str, Any]) -> str:
@@ -441,17 +476,18 @@ def run(cfg: Any) -> dict[str, Any]:
     (assets / "videos").mkdir(parents=True, exist_ok=True)
     metrics = results["metrics"]
 
-    plots = {m: plot_metric(results, m, assets / f"metric_{m}.png") for m in metrics}
-    plots.update({f"{m} (horizon)": plot_curve(rows, m, assets / f"curve_{m}.png") for m in metrics})
+    colours = model_colours(list(results["models"]))
+    plots = {m: plot_metric(results, m, assets / f"metric_{m}.png", colours) for m in metrics}
+    plots.update({f"{m} (horizon)": plot_curve(rows, m, assets / f"curve_{m}.png", colours) for m in metrics})
     runs = [load_run(r) for r in cfg.runs]
     loss_png = plot_losses(runs, assets / "loss.png")
 
     examples = example_rows(rows, cfg.max_examples)
     published: dict[str, str | None] = {}
     videos_html = []
-    from worldtune.eval.progress import progress_bar
+    from worldtune.console import Progress
 
-    with progress_bar(sum(len(c) for _, _, c in examples), "report videos") as advance:
+    with Progress("report", sum(len(c) for _, _, c in examples), "videos") as bar:
         for name, seed, cells in examples:
             parts = []
             for row in cells:
@@ -463,7 +499,7 @@ def run(cfg: Any) -> dict[str, Any]:
                         poster(row["video"], dst.with_suffix(".jpg"))
                     published[row["video"]] = dst.relative_to(out).as_posix() if dst else None
                 parts.append(_cell_html(row, published[row["video"]], metrics))
-                advance()
+                bar.advance()
             instr = cells[0].get("instruction") or ""
             videos_html.append(f"<div class='example'><h3>{html.escape(name)} · seed {seed}</h3>"
                                f"<p>{html.escape(instr)}</p><div class='cells'>{''.join(parts)}</div></div>")
@@ -525,7 +561,8 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
     deltas = [(display_name(label, s), s["vs_base"]) for label, s in results["models"].items() if "vs_base" in s]
     if deltas:
         lines += ["## Paired difference to the base model", "",
-                  "mean over the same (input, seed) pairs, [95 % CI over inputs], win rate, n pairs", "",
+                  f"mean over the same (input, seed) pairs, [95 % CI over inputs; none below {MIN_CI_INPUTS} inputs], "
+                  "win rate, n pairs / inputs", "",
                   "| model | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
         lines += [f"| {label} − base | " + " | ".join(delta_text(d[m]) for m in metrics) + " |" for label, d in deltas]
         lines.append("")

@@ -10,10 +10,11 @@ large variation between inputs (an easy episode is easy for both) and leaves the
   seeds of one input move together. Seeds of one input share the episode, its difficulty and its
   conditioning frame, so their differences are correlated; resampling pairs as if independent
   would make the interval too narrow by up to a factor √(seeds per input). The RNG seed is fixed
-  (BOOTSTRAP_SEED), so a report is reproducible; n_boot defaults to 2000. With fewer than two
-  inputs there is no between-input spread to resample and no CI is given. The percentile
-  bootstrap is somewhat optimistic with few inputs: on synthetic data with correlated seeds its
-  95 % interval held the true difference 92 % of the time with 15 or 40 inputs and 85 % with 5.
+  (BOOTSTRAP_SEED), so a report is reproducible; n_boot defaults to 2000. The percentile
+  bootstrap is optimistic with few inputs: on synthetic data with correlated seeds its 95 %
+  interval held the true difference 92 % of the time with 15 or 40 inputs and 85 % with 5; with
+  2 inputs it can only pick between two values and its "interval" means nothing. So below
+  MIN_CI_INPUTS (5) inputs no CI is given and `reason` says so.
   An interval that excludes 0 says the effect is unlikely to be noise from the choice of
   inputs; it says nothing about inputs unlike those evaluated.
 - win rate: the fraction of pairs where the model is better than the base (honouring whether
@@ -37,6 +38,7 @@ import numpy as np
 N_BOOT = 2000
 BOOTSTRAP_SEED = 0
 CI_LEVEL = 0.95
+MIN_CI_INPUTS = 5  #: fewer inputs in common: no interval (see the module doc)
 
 #: Scores of one model on one metric: (input id, seed) -> value.
 Scores = Mapping[tuple[Hashable, Hashable], float]
@@ -80,9 +82,10 @@ def paired_difference(model: Scores, base: Scores | None, *, higher_is_better: b
     win_rate = float((better.sum() + 0.5 * (diffs == 0).sum()) / len(diffs))
     mean = float(diffs.mean())
     n_inputs = len(by_input)
-    if n_inputs < 2:
+    if n_inputs < MIN_CI_INPUTS:
         return PairedDifference(mean, None, None, win_rate, len(diffs), n_inputs,
-                                "a confidence interval needs at least 2 inputs in common; there is 1")
+                                f"no interval: {n_inputs} input{'s' if n_inputs != 1 else ''} in common, a bootstrap "
+                                f"interval needs at least {MIN_CI_INPUTS} to mean anything")
     low, high = cluster_bootstrap_ci(list(by_input.values()), n_boot=n_boot, seed=seed, level=level)
     return PairedDifference(mean, low, high, win_rate, len(diffs), n_inputs)
 

@@ -28,12 +28,14 @@ import typer
 
 from worldtune.atomic import append_jsonl, rewrite_jsonl
 from worldtune.config import WorldtuneConfig, dump_config
+from worldtune.console import Progress, setting_up
 from worldtune.data.dataset import ShardedSampler
 from worldtune.data.lerobot import LeRobotDataset
 from worldtune.errors import CheckpointError, DatasetError
 from worldtune.idm.data import ActionEpisode, action_names, load_episodes, split_episodes
 from worldtune.idm.label import ActionLabeler, resolve_device
 from worldtune.idm.model import InverseDynamicsModel, architecture, save_idm, window_indices
+from worldtune.idm.scores import CONSTANT_STD, constant_entries, normalised_errors
 from worldtune.lock import OutputLock
 from worldtune.train.checkpoint import CheckpointManager, set_rng_state
 from worldtune.train.preemption import PREEMPTION, REQUEUE_EXIT_CODE
@@ -57,10 +59,11 @@ def held_out_report(truths: list[np.ndarray], preds: list[np.ndarray], mean: np.
                     names: list[str], gripper: dict[str, Any] | None) -> dict[str, Any]:
     """MSE / MAE per action entry of the IDM and two baselines on held-out episodes, plus gripper accuracy.
 
-    Baselines: `mean_action` predicts the training mean everywhere; `previous_action` predicts the
-    true previous action (the mean at an episode's first frame), a strong baseline for smooth
-    motion that the IDM, which never sees actions, is not expected to beat. `normalised_mse` is the
-    mean over entries of MSE / std^2 (training std), so entries of any scale weigh the same.
+    Baselines: `mean_action` predicts the training mean everywhere; `previous_action` is an ORACLE: it
+    predicts the true previous action (the mean at an episode's first frame), which no labeller of a
+    video has, so it bounds what smooth motion allows rather than competing with the IDM.
+    `normalised_mse` is the mean over the entries that vary in training of MSE / std^2 (`std`: the
+    training std, 0 for constant entries), so entries of any scale weigh the same (idm/scores.py).
     """
     truth = np.concatenate(truths)
     predictors = {
@@ -73,8 +76,7 @@ def held_out_report(truths: list[np.ndarray], preds: list[np.ndarray], mean: np.
         err = p - truth
         mse, mae = (err ** 2).mean(0), np.abs(err).mean(0)
         row: dict[str, Any] = {"mse": dict(zip(names, mse.tolist())), "mae": dict(zip(names, mae.tolist())),
-                               "normalised_mse": float((mse / std ** 2).mean()),
-                               "normalised_mae": float((mae / std).mean())}
+                               **normalised_errors(mse, mae, std)}
         if gripper is not None:
             i, thr = gripper["index"], gripper["threshold"]
             row["gripper_accuracy"] = float(((p[:, i] > thr) == (truth[:, i] > thr)).mean())
@@ -93,8 +95,9 @@ class IdmTrainer:
         ds = LeRobotDataset(ic.dataset)
         self.dataset = ds
         self.names = action_names(ds, ic.action_key)
-        episodes, self.skipped = load_episodes(ds, ic.cameras, ic.action_key, (ic.view_height, ic.view_width),
-                                               ic.resize, ic.max_episodes)
+        with setting_up("idm train", f"loading the episodes of {ds.root}", enabled=self.dist.main):
+            episodes, self.skipped = load_episodes(ds, ic.cameras, ic.action_key, (ic.view_height, ic.view_width),
+                                                   ic.resize, ic.max_episodes)
         train_pos, val_pos = split_episodes(len(episodes), ic.val_fraction, ic.seed)
         self.train_eps: list[ActionEpisode] = [episodes[i] for i in train_pos]
         self.val_eps: list[ActionEpisode] = [episodes[i] for i in val_pos]
@@ -103,7 +106,8 @@ class IdmTrainer:
             raise DatasetError(f"{ds.root}: actions have {acts.shape[1]} entries but info.json names {len(self.names)}: "
                                f"fix the '{ic.action_key}' feature's names")
         self.mean = acts.mean(0)
-        self.std = np.where(acts.std(0) > 1e-6, acts.std(0), 1.0).astype(np.float32)
+        self.train_std = acts.std(0)  # 0 for a constant entry: left out of the normalised errors
+        self.std = np.where(self.train_std > CONSTANT_STD, self.train_std, 1.0).astype(np.float32)
         self.gripper = gripper_of(self.names, acts)
 
         torch.manual_seed(ic.seed)
@@ -206,14 +210,15 @@ class IdmTrainer:
         self.model.eval()
         labeler = ActionLabeler(self.model, self.meta(), self.ic.label_batch)
         preds = [labeler.label_prepared(e.views) for e in self.val_eps]
-        metrics = held_out_report([e.actions for e in self.val_eps], preds, self.mean, self.std, self.names,
+        metrics = held_out_report([e.actions for e in self.val_eps], preds, self.mean, self.train_std, self.names,
                                   self.gripper)
         idm, base = metrics["idm"]["normalised_mse"], metrics["mean_action"]["normalised_mse"]
         return {"format": "worldtune.idm_report", "version": 1, "dataset": str(self.dataset.root),
                 "step": self.step, "action_names": self.names, "gripper": self.gripper,
                 "episodes": {"train": [e.index for e in self.train_eps], "held_out": [e.index for e in self.val_eps]},
                 "held_out_frames": int(sum(e.length for e in self.val_eps)), "skipped_episodes": self.skipped,
-                "metrics": metrics, "mse_reduction_vs_mean_action": 1.0 - idm / base if base > 0 else None}
+                "constant_entries": constant_entries(self.train_std, self.names), "metrics": metrics,
+                "mse_reduction_vs_mean_action": 1.0 - idm / base if idm is not None and base else None}
 
     def _log(self, row: dict[str, Any]) -> None:
         if self.dist.main:
@@ -259,19 +264,15 @@ class IdmTrainer:
         t_start, first, last = time.time(), None, None
         saved = self.step if source is not None else None
         self._stop_if_asked(saved)  # a signal while the episodes loaded
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-        cols = [TextColumn("idm"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                TextColumn("{task.fields[info]}"), TimeRemainingColumn()]
-        with Progress(*cols, disable=not self.dist.main, transient=False) as bar:
-            task = bar.add_task("idm", total=ic.steps, completed=self.step, info="")
+        with Progress("idm train", ic.steps, "steps", completed=self.step, enabled=self.dist.main) as bar:
             while self.step < ic.steps:
                 row = self.train_step()
                 first = row["loss"] if first is None else first
                 last = row["loss"]
                 if self.step % ic.log_every == 0 or self.step == ic.steps:
                     self._log(row)
-                bar.update(task, completed=self.step, info=f"loss {row['loss']:.4f} {row['step_time'] * 1e3:.0f} ms/step")
+                bar.info(f"loss {row['loss']:.4f}")
+                bar.advance()
                 if ic.checkpoint.every and self.step % ic.checkpoint.every == 0 and self.step < ic.steps:
                     self.save()
                     saved = self.step
@@ -281,7 +282,8 @@ class IdmTrainer:
                                    "checkpoint": str(final) if final else None,
                                    "seconds": round(time.time() - t_start, 1)}
         if self.dist.main:
-            report = self.evaluate()
+            with setting_up("idm train", f"labelling {len(self.val_eps)} held-out episodes"):
+                report = self.evaluate()
             m = report["metrics"]
             self._log({"step": self.step, **{f"held_out_{k}_normalised_mse": v["normalised_mse"] for k, v in m.items()}})
             (self.out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
@@ -293,25 +295,44 @@ class IdmTrainer:
         return summary
 
 
+PREDICTOR_LABELS = {"idm": "IDM", "mean_action": "mean action (baseline)",
+                    "previous_action": "previous action (ORACLE)"}
+
+
 def print_report(report: dict[str, Any]) -> None:
+    """The held-out tables: per predictor the normalised MSE (and gripper accuracy), then per action entry the MSE
+    of each predictor (a row per entry, so 7-D actions fit a log's 80 columns as well as 3-D ones)."""
     from rich.console import Console
     from rich.table import Table
 
     m = report["metrics"]
+    constant = set(report.get("constant_entries") or [])
+    console = Console()
     table = Table(title=f"IDM on {len(report['episodes']['held_out'])} held-out episodes "
-                        f"({report['held_out_frames']} frames): MSE per action entry")
+                        f"({report['held_out_frames']} frames)")
     table.add_column("predictor")
-    for n in report["action_names"]:
-        table.add_column(n, justify="right")
     table.add_column("normalised MSE", justify="right")
     if report["gripper"]:
         table.add_column("gripper acc.", justify="right")
     for name, row in m.items():
-        cells = [f"{row['mse'][n]:.3g}" for n in report["action_names"]] + [f"{row['normalised_mse']:.3f}"]
+        nmse = row["normalised_mse"]
+        cells = ["—" if nmse is None else f"{nmse:.3f}"]
         if report["gripper"]:
             cells.append(f"{row['gripper_accuracy']:.1%}")
-        table.add_row(name, *cells)
-    Console().print(table)
+        table.add_row(PREDICTOR_LABELS.get(name, name), *cells)
+    console.print(table)
+    per = Table(title="MSE per action entry")
+    per.add_column("entry")
+    for name in m:
+        per.add_column(PREDICTOR_LABELS.get(name, name), justify="right")
+    for n in report["action_names"]:
+        per.add_row(n + (" (constant)" if n in constant else ""), *[f"{row['mse'][n]:.3g}" for row in m.values()])
+    console.print(per)
+    console.print("  previous action is an oracle: it is given the true previous action, which no labeller of a "
+                  "generated video has; it shows how smooth the motion is, not a rival to the IDM")
+    varying = len(report["action_names"]) - len(constant)
+    console.print(f"  normalised MSE: mean of MSE / training variance over the {varying} entries that vary"
+                  + (f"; constant in training, left out: {', '.join(sorted(constant))}" if constant else ""))
 
 
 def run(cfg: WorldtuneConfig) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from worldtune.config import GenerateConfig, WorldtuneConfig
+from worldtune.console import Progress, plain, setting_up
 from worldtune.errors import ConfigError, DatasetError, GenerationError
 from worldtune.infer import baselines, records
 from worldtune.infer.adapters import AdapterFile, activate, check_adapter, load_adapters
@@ -107,7 +108,9 @@ def run(cfg: WorldtuneConfig) -> Path:
     items = sorted(inputs.items, key=lambda i: i.name)[: g.max_inputs] if g.max_inputs else inputs.items
     mine = shard(items, rank, world, key=lambda i: i.name)
 
-    pipe, spec = _load_model(cfg, device)
+    stage = "generate" if world == 1 else f"generate rank {rank}"
+    with setting_up(stage, "loading model"):
+        pipe, spec = _load_model(cfg, device)
     family = family_of(spec)
     if g.mode not in family.modes:
         raise GenerationError(f"{spec.name}: this model has no {g.mode} mode; use one of {', '.join(family.modes)}")
@@ -138,12 +141,17 @@ def run(cfg: WorldtuneConfig) -> Path:
         if jobs:
             embeds = PromptEmbeddings(pipe, family, settings.max_sequence_length)
             negative = [settings.negative_prompt] if settings.guidance > 1 and settings.negative_prompt is not None else []
-            embeds.encode_all([j.item.prompt for j in jobs] + negative, device)
+            prompts = [j.item.prompt for j in jobs] + negative
+            with setting_up(stage, f"encoding {len(set(prompts))} prompts"):
+                embeds.encode_all(prompts, device)
             if adapters:
-                load_adapters(pipe.transformer, adapters)
+                with setting_up(stage, f"loading {len(adapters)} adapters"):
+                    load_adapters(pipe.transformer, adapters)
             _speed_up(pipe.transformer, g, settings, family.compile_dynamic)
+            if settings.compile:
+                plain(f"{stage}: torch.compile is on: the first video of each shape compiles the model first")
             _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views or roles else None,
-                          base_fp, cfg, stats, bool(adapters))
+                          base_fp, cfg, stats, bool(adapters), stage)
         if base_jobs:
             _write_baselines(pipe, base_jobs, settings, out, rank, layout if g.split_views or roles else None, cfg,
                              stats, done, vae_fp)
@@ -349,9 +357,7 @@ def generate_video(pipe, family, s: Settings, frames: np.ndarray | None, prompt:
 
 def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbeddings, out: Path, rank: int,
                   layout: dict | None, base_fp: str, cfg: WorldtuneConfig, stats: dict[str, Counter],
-                  adapters_loaded: bool) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
+                  adapters_loaded: bool, stage: str = "generate") -> None:
     device = pipe.transformer.device
     neg = embeds.get(s.negative_prompt, device) if s.guidance > 1 else None
     bad: dict[str, str] = {}  # input name -> why it was skipped (counted once per model variant)
@@ -359,19 +365,17 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
     mv = None  # the multi-view wrapper of the current variant (separate-views inputs)
     roles = separate_roles(layout)
     cached: tuple[str, Any] | None = None
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeRemainingColumn(), transient=False) as bar:
-        task = bar.add_task("generating", total=len(jobs))
+    with Progress(stage, len(jobs), "videos") as bar:
         for job in jobs:
             if job.variant != current:
                 _switch(pipe.transformer, job.variant, adapters_loaded, cfg.generate.fuse)
                 current = job.variant
                 if roles:
                     mv = view_model(pipe.transformer, roles, job.variant.adapter.path if job.variant.adapter else None)
-            bar.update(task, description=f"{job.variant.label}: {job.item.name} s{job.seed}")
+            bar.info(f"{job.variant.label}: {job.item.name} s{job.seed}")
             if job.item.name in bad:
                 stats[job.variant.label]["skipped"] += 1
-                bar.advance(task)
+                bar.advance()
                 continue
             try:
                 if cached is None or cached[0] != job.item.name:
@@ -380,9 +384,9 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
                     cached = (job.item.name, cond)
             except (DatasetError, GenerationError) as e:
                 bad[job.item.name] = str(e)
-                bar.console.print(f"[yellow]skip[/] {job.item.name}: {e}")
+                bar.note(f"skip {job.item.name}: {e}")
                 stats[job.variant.label]["skipped"] += 1
-                bar.advance(task)
+                bar.advance()
                 continue
             t0 = time.perf_counter()
             pos = embeds.get(job.item.prompt, device)
@@ -400,7 +404,7 @@ def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbedd
             records.append_row(out, rank, row)
             stats[job.variant.label]["generated"] += 1
             stats[job.variant.label]["seconds"] += elapsed
-            bar.advance(task)
+            bar.advance()
 
 
 def _switch(transformer: torch.nn.Module, variant: Variant, adapters_loaded: bool, fuse: bool) -> None:
@@ -414,8 +418,6 @@ def _write_baselines(pipe, jobs: list[Job], s: Settings, out: Path, rank: int, l
     """Each pending baseline once per input, into one file its rows of every seed share, then a row per seed.
 
     A file that a complete row of the same input (same hash) already names is reused, not made again."""
-    from worldtune.eval.progress import progress_bar
-
     roles = separate_roles(layout)
     groups: dict[tuple[str, str], list[Job]] = {}
     for job in jobs:
@@ -424,7 +426,7 @@ def _write_baselines(pipe, jobs: list[Job], s: Settings, out: Path, rank: int, l
     for (m, n, _), r in done.items():
         if (m, n) in groups:
             recorded.setdefault((m, n), []).append(r)
-    with progress_bar(len(groups), "baselines") as advance:
+    with Progress("baselines", len(groups), "inputs") as bar:
         for (label, name), group in groups.items():
             first = group[0]
             t0 = time.perf_counter()
@@ -436,9 +438,9 @@ def _write_baselines(pipe, jobs: list[Job], s: Settings, out: Path, rank: int, l
                 try:
                     made = baselines.make(label, first.item, s, pipe.vae, roles)
                 except (DatasetError, GenerationError) as e:
-                    print(f"skip {label} {name}: {e}")
+                    bar.note(f"skip {label} {name}: {e}")
                     stats[label]["skipped"] += len(group)
-                    advance()
+                    bar.advance()
                     continue
                 video, view_frames = (mosaic(made), made) if roles else (made, split_views(made, layout))
                 rel, views = _write_files(out, label, name, video, view_frames, s.fps)
@@ -450,7 +452,7 @@ def _write_baselines(pipe, jobs: list[Job], s: Settings, out: Path, rank: int, l
                                                             elapsed))
                 stats[label]["generated"] += 1
             stats[label]["seconds"] += elapsed
-            advance()
+            bar.advance()
 
 
 def _baseline_row(job: Job, rel: str, views: dict[str, str], gt: str | None, gt_views: dict[str, str], frames: int,

@@ -23,16 +23,16 @@ from worldtune.models.registry import ModelSpec, get_spec
 H200_BF16_FLOPS = 790e12  # measured dense bf16 matmul rate of one H200 (docs/benchmarks.md)
 
 
-def resolve(name_or_path: str) -> ModelSpec:
-    """A registry name, or a diffusers directory described by its configs (no weights read)."""
-    if Path(name_or_path).is_dir():
-        try:
-            from worldtune.models.load import resolve_spec
-        except ImportError:
-            raise ModelError(f"{name_or_path}: reading model directories needs worldtune.models.load") from None
-        return resolve_spec(path=name_or_path)
+def resolve(name_or_path: str, revision: str | None = None) -> ModelSpec:
+    """A registry name; or, as `model.path` takes them, a diffusers directory or a hub id (`org/name`, read from
+    the local Hugging Face cache at `revision`), described by its configs (no weights read)."""
+    from worldtune.models.load import HUB_ID, resolve_spec
+
+    if Path(name_or_path).expanduser().is_dir() or HUB_ID.fullmatch(name_or_path):
+        return resolve_spec(path=name_or_path, revision=revision)
     if "/" in name_or_path or name_or_path.startswith("."):
-        raise ModelError(f"model directory {name_or_path} does not exist: pass a registry name or an existing folder")
+        raise ModelError(f"model directory {name_or_path} does not exist: pass a registry name, an existing folder, "
+                         "or a hub id (org/name) in the local Hugging Face cache")
     return get_spec(name_or_path)
 
 
@@ -114,21 +114,18 @@ def _plan_table(p: Any) -> Table:
 def print_info(name_or_path: str, frames: int | None = None, height: int | None = None, width: int | None = None,
                batch: int = 1, lora_rank: int = 32, mode: str = "lora", plan: bool = False, gpus: int = 1,
                gpu_mem: float = 141.0, grad_checkpointing: str = "auto", memory_auto: bool = False,
-               console: Console | None = None) -> dict[str, Any]:
+               console: Console | None = None, revision: str | None = None) -> dict[str, Any]:
     """Print the model's numbers (and with `plan`, the memory plan) and return them as a dict.
 
     The plan assumes the trainer's CUDA defaults (per-frame adaLN, compiled blocks) and its
     `train.grad_checkpointing` / `train.memory_auto` settings.
     """
-    spec = resolve(name_or_path)
+    spec = resolve(name_or_path, revision)
     frames, height, width = frames or spec.num_frames, height or spec.height, width or spec.width
     console = console or Console()
     numbers = model_numbers(spec, frames, height, width, batch, lora_rank, mode)
     console.print(_numbers_table(numbers))
-    if plan:
-        if numbers.get("activation_bytes_no_ckpt") is None:
-            raise ModelError(f"{spec.name}: the memory planner does not model {spec.family} models yet; "
-                             f"run `model info` without --plan")
+    if plan:  # a family the planner does not model for this mode says so itself
         p = make_plan(spec, mode, frames, height, width, batch=batch, gpus=gpus, gpu_mem_gb=gpu_mem,
                       lora_rank=lora_rank, grad_checkpointing=grad_checkpointing, memory_auto=memory_auto)
         console.print(_plan_table(p))

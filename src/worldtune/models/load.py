@@ -30,12 +30,15 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _CONFIG_KEYS_IGNORED = ("_class_name", "_diffusers_version", "_name_or_path")
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  #: `org/name`, as the Hugging Face hub spells a model
+
+
 def local_model_path(path: str | None, revision: str | None = None) -> str | None:
     """`model.path` as a folder on this machine: the folder itself, or the snapshot of a hub id
     (`org/name`, at `revision`) in the local Hugging Face cache. Nothing is downloaded."""
     if path is None or Path(path).expanduser().is_dir():
         return None if path is None else str(Path(path).expanduser())
-    hub_like = re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path) is not None
+    hub_like = HUB_ID.fullmatch(path) is not None
     if hub_like:
         from huggingface_hub import snapshot_download
 

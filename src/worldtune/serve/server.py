@@ -237,12 +237,15 @@ def _peer(address: Any) -> str:
 def start(cfg: WorldtuneConfig) -> WorldServer:
     """Take the record folder (one live server per folder; a killed one's `.partial` deleted), load the model and
     bind the port (not yet serving): `serve_forever()` in a thread, `close()` after."""
+    from worldtune.console import setting_up
+
     lock = OutputLock(cfg.serve.record, "serve") if cfg.serve.record is not None else None
     if lock is not None:
         lock.__enter__()
         clean_partials(cfg.serve.record)
     try:
-        world = load_world(cfg)
+        with setting_up("serve", "loading the model" + (" and its adapter" if cfg.serve.adapter else "")):
+            world = load_world(cfg)
         try:
             return WorldServer(world, cfg.serve.host, cfg.serve.port, cfg.serve.request_timeout, lock)
         except OSError as e:

@@ -28,7 +28,7 @@ import typer
 
 from worldtune.atomic import append_jsonl, atomic_write_json, rewrite_jsonl
 from worldtune.config import AutoencoderConfig, WorldtuneConfig
-from worldtune.console import is_terminal, plain, summary_table
+from worldtune.console import Progress, plain, setting_up, summary_table
 from worldtune.data.dataset import read_clip_frames, read_dataset
 from worldtune.errors import DatasetError
 from worldtune.lock import OutputLock
@@ -126,15 +126,17 @@ class AutoencoderTrainer:
         self.cfg, ac = cfg, cfg.autoencoder
         self.device = pick_device(ac.device)
         self.out = Path(ac.out)
-        self.train_clips = load_clips(ac.dataset, "train")
-        self.val_clips = load_clips(ac.dataset, "val", ac.val_clips) or self.train_clips[:ac.val_clips]
+        with setting_up("autoencoder", f"loading the clips of {ac.dataset}"):
+            self.train_clips = load_clips(ac.dataset, "train")
+            self.val_clips = load_clips(ac.dataset, "val", ac.val_clips) or self.train_clips[:ac.val_clips]
         if not self.train_clips:
             raise DatasetError(f"{ac.dataset} has no training clips in one packed video (grid or single layout): "
                                f"prepare it with prepare.layout = grid or single")
         if self.train_clips[0].shape[0] < ac.frames:
             raise DatasetError(f"{ac.dataset}: clips have {self.train_clips[0].shape[0]} frames, fewer than "
                                f"autoencoder.frames = {ac.frames}: lower autoencoder.frames")
-        self.vae = load_vae(cfg).to(self.device).float().train()
+        with setting_up("autoencoder", "loading the VAE"):
+            self.vae = load_vae(cfg).to(self.device).float().train()
         self.optimizer = torch.optim.AdamW(self.vae.parameters(), lr=ac.lr, weight_decay=0.0, betas=(0.9, 0.99))
         self.ckpt = CheckpointManager(self.out)
         self.step = 0
@@ -224,25 +226,17 @@ class AutoencoderTrainer:
 
     def _loop(self) -> dict[str, Any]:
         ac = self.cfg.autoencoder
-        t_start, start, psnr = time.time(), self.step, None
-        lines = not is_terminal()
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-        with Progress(TextColumn("autoencoder"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TextColumn("{task.fields[info]}"), TimeRemainingColumn(), disable=lines) as bar:
-            task = bar.add_task("vae", total=ac.steps, completed=self.step, info="")
+        t_start, psnr = time.time(), None
+        with Progress("autoencoder", ac.steps, "steps", completed=self.step) as bar:
             while self.step < ac.steps:
                 row = self.train_step()
                 if ac.val_every and self.step % ac.val_every == 0 and self.step < ac.steps:
                     psnr = row["val_psnr"] = self.validate()
                 if self.step % ac.log_every == 0 or "val_psnr" in row:
                     self._log(row)
-                    if lines:
-                        extra = f" held-out PSNR {psnr:.2f} dB" if "val_psnr" in row else ""
-                        plain(f"step {self.step}/{ac.steps} loss {row['loss']:.4f} lr {row['lr']:.2e} "
-                              f"{(time.time() - t_start) / max(1, self.step - start):.3f} s/step{extra}")
-                bar.update(task, completed=self.step, info=f"loss {row['loss']:.4f}"
-                           + (f" PSNR {psnr:.2f} dB" if psnr is not None else ""))
+                bar.info(f"loss {row['loss']:.4f} lr {row['lr']:.2e}"
+                         + (f" held-out PSNR {psnr:.2f} dB" if psnr is not None else ""))
+                bar.advance()
                 if ac.checkpoint_every and self.step % ac.checkpoint_every == 0 and self.step < ac.steps:
                     self.save()
                 if self._stop is not None:

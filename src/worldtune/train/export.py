@@ -107,7 +107,7 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
     from worldtune.train.adapters import apply_training_mode
     from worldtune.train.checkpoint import CheckpointManager
 
-    source = CheckpointManager(checkpoint).resolve(checkpoint)
+    source = _source(Path(checkpoint))
     ck = CheckpointManager.load(source)
     cfg = WorldtuneConfig.model_validate(ck["state"]["config"])
     if ck["sharded"] and cfg.train.mode == "full":
@@ -156,6 +156,24 @@ def run(checkpoint: str, out: str, fuse: bool = False) -> Path:
         result = save_adapter(out_path, transformer, spec, fp, action=action)
     print(f"exported step {ck['state']['step']} of {source} to {result}")
     return result
+
+
+def _source(path: Path) -> Path:
+    """The checkpoint to export: `path` itself, or a run folder's newest complete one; what to pass when neither."""
+    from worldtune.train.checkpoint import MARKER, CheckpointManager
+
+    what = "pass a training run folder (train.out) or one of its checkpoints/step-N folders"
+    if not path.is_dir():
+        raise CheckpointError(f"{path} does not exist: {what}")
+    if (path / "checkpoints").is_dir():
+        newest = CheckpointManager(path).newest()
+        if newest is None:
+            raise CheckpointError(f"{path} holds no complete checkpoint yet (train.checkpoint.every, or let the run "
+                                  "finish): nothing to export")
+        return newest
+    if not (path / MARKER).is_file():
+        raise CheckpointError(f"{path} is not a complete checkpoint (no {MARKER} marker): {what}")
+    return path
 
 
 def _sharded_adapter(source: Path) -> dict[str, torch.Tensor]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from worldtune.atomic import rewrite_jsonl
-from worldtune.console import duration
+from worldtune.console import duration, plain
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -36,3 +36,17 @@ def progress_line(row: dict[str, Any], steps: int, per_step: float) -> str:
     """The plain progress line of a log file (no terminal, so no rich bar), `per_step` seconds a step so far."""
     return (f"step {row['step']}/{steps} loss {row['loss']:.4f} lr {row['lr']:.2e} {row['step_time']:.2f} s/step "
             f"{row['samples_per_s']:.2f} samples/s ETA {duration(per_step * (steps - row['step']))}")
+
+
+def startup_notes(tc, compiled: bool) -> None:
+    """What a log should say before the first step: slow compilation ahead, a schedule that never leaves warmup
+    (and W&B checked first, when on)."""
+    if tc.wandb:
+        from worldtune.train.trackers import check_wandb
+
+        check_wandb()
+    if compiled:
+        plain("train: torch.compile is on: the first steps compile the transformer blocks (minutes)")
+    if tc.warmup is not None and tc.warmup >= tc.steps:
+        plain(f"note: train.warmup={tc.warmup} >= train.steps={tc.steps}: the learning rate never leaves warmup "
+              f"(it reaches lr x f_max only at the last step); set train.warmup below train.steps")

@@ -6,6 +6,14 @@ of the optimizer step alone, so it is the same for any number of processes or ac
 
 from __future__ import annotations
 
+NVIDIA_WARMUP = 1000
+
+
+def warmup_steps(warmup: int | None, total: int) -> int:
+    """`train.warmup` in steps: as set, or (None) NVIDIA's 1000 but at most a tenth of the run, so that the
+    default never contradicts a short run's `train.steps`."""
+    return min(NVIDIA_WARMUP, total // 10) if warmup is None else warmup
+
 
 def lr_multiplier(step: int, total: int, warmup: int, f_max: float, f_min: float) -> float:
     warmup = min(warmup, max(total - 1, 0))

@@ -27,7 +27,7 @@ import typer
 
 from worldtune.atomic import append_jsonl, atomic_write_json, atomic_write_text
 from worldtune.config import ACTION_TASKS, WorldtuneConfig, dump_config
-from worldtune.console import is_terminal, plain, summary_table
+from worldtune.console import is_terminal, plain, setting_up, summary_table
 from worldtune.data.dataset import ShardedSampler
 from worldtune.data.frame_size import check_model_frame_size
 from worldtune.errors import CheckpointError, ConfigError, DatasetError
@@ -43,9 +43,9 @@ from worldtune.train.data import cache_available, open_data
 from worldtune.train.distributed import Dist, shard_fsdp2
 from worldtune.train.export import export_run
 from worldtune.train.flow import FlowMatchingLoss, flow_loss_from_config, sample_seed
-from worldtune.train.metrics import logged_validation, progress_line, trim_metrics
+from worldtune.train.metrics import logged_validation, progress_line, startup_notes, trim_metrics
 from worldtune.train.preemption import PREEMPTION, REQUEUE_EXIT_CODE
-from worldtune.train.schedule import ema_decay, lr_multiplier
+from worldtune.train.schedule import ema_decay, lr_multiplier, warmup_steps
 from worldtune.train.validation import validation_components
 
 
@@ -62,9 +62,11 @@ class Trainer:
         self.spec = resolve_spec(cfg.model.name, cfg.model.path, cfg.model.revision)
         self.family = family_of(self.spec)
         torch.manual_seed(cfg.train.seed)
-        for build in (self._build_data, self._build_model_and_adapters, self._build_speed, self._build_parallelism,
-                      self._build_optimizer_and_schedule, self._build_checkpointing):
-            build()
+        for build, what in ((self._build_data, "loading data"), (self._build_model_and_adapters, "loading model"),
+                            (self._build_speed, "setting up kernels"), (self._build_parallelism, ""),
+                            (self._build_optimizer_and_schedule, ""), (self._build_checkpointing, "")):
+            with setting_up("train", what, enabled=self.dist.main and bool(what)):  # a log shows what start-up does
+                build()
             self._stop_while_building()
         self._check_settings()
 
@@ -166,7 +168,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=tc.lr, betas=tuple(tc.betas), eps=tc.eps,
                                            weight_decay=tc.weight_decay, fused=fused or None)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_multiplier(s, tc.steps, tc.warmup, tc.f_max, tc.f_min))
+            self.optimizer, lambda s: lr_multiplier(s, tc.steps, warmup_steps(tc.warmup, tc.steps), tc.f_max, tc.f_min))
         defaults = (self.family.objective_defaults(self.data_info["height"], self.data_info["width"])
                     if self.action is None else self.action.objective_defaults(self.family))
         self.objective: FlowMatchingLoss = flow_loss_from_config(tc, defaults)
@@ -183,14 +185,8 @@ class Trainer:
         self._val_parts = None  # the VAE and scheduler of validation videos
 
     def _check_settings(self) -> None:
-        tc = self.cfg.train
-        if tc.wandb and self.dist.main:
-            from worldtune.train.trackers import check_wandb
-
-            check_wandb()
-        if tc.warmup >= tc.steps and self.dist.main:
-            plain(f"note: train.warmup={tc.warmup} >= train.steps={tc.steps}: the learning rate never leaves warmup "
-                  f"(it reaches lr x f_max only at the last step); set train.warmup below train.steps")
+        if self.dist.main:  # W&B reachable, slow compilation ahead, a schedule that never leaves warmup
+            startup_notes(self.cfg.train, compiled=self.speed["compile"])
 
     # ------------------------------------------------------------------ helpers
     def _latent_shape(self) -> tuple[int, int, int]:
@@ -476,7 +472,7 @@ class Trainer:
             return
         run = {"format": "worldtune.run", "version": 1, "status": status, "step": self.step,
                "steps": self.cfg.train.steps, "mode": self.cfg.train.mode, "task": self.cfg.train.task,
-               "model": self.spec.name,
+               "model": self.spec.name, "model_path": self.cfg.model.path, "model_revision": self.cfg.model.revision,
                "family": self.spec.family, "base_fingerprint": self.base_fingerprint,
                "trainable_params": self.n_trainable, "world_size": self.dist.world,
                "device": str(self.dist.device), "cache": self.cache_mode, "text_kind": self.text_kind,
@@ -593,7 +589,7 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
             from worldtune.train.curves import loss_plot
 
             loss_plot(trainer.out)
-            summary_table(f"worldtune train: {cfg.train.mode} on {trainer.spec.name}", summary, float_digits=4)
+            summary_table(f"worldtune train: {cfg.train.mode} on {trainer.spec.name}", summary)
         if trainer.dist.any(PREEMPTION.requested):  # a signal after the last save: the run is done all the same
             trainer._exit_preempted(f"the run had finished, nothing to save ({summary['checkpoint']} and "
                                     f"{summary['export']} are written)", "after the last step")
