@@ -64,8 +64,10 @@ class _Whole(dict):
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
-        whole = isinstance(v, _Whole) or not isinstance(v, dict) or not isinstance(out.get(k), dict)
-        out[k] = dict(v) if isinstance(v, _Whole) else v if whole else _merge(out[k], v)
+        if isinstance(v, dict) and not isinstance(v, _Whole) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)  # a dotted key: into the table
+        else:
+            out[k] = dict(v) if isinstance(v, dict) else v
     return out
 
 
