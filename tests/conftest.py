@@ -3,6 +3,7 @@
 Building the tiny model (and caching latents with it) costs seconds; sharing them keeps CI short.
 """
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,18 @@ import torch
 
 from tests.train.fake_dataset import write_fake_dataset
 from worldtune.config import load_config
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored():
+    """Every test leaves SIGTERM, SIGUSR1 and SIGINT as it found them: a run stopped in-process leaves them ignored
+    (as a scheduler's repeat must not kill its exit), and an ignored signal is inherited by every process a later
+    test starts (a batch shell cannot even trap it)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    yield
+    for s, handler in saved.items():
+        if signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
 
 
 @pytest.fixture(scope="session")
