@@ -46,17 +46,18 @@ def inside(root: str | Path, relative: object, where: str) -> Path:
     DatasetError naming `where` (the file and field the path came from) otherwise."""
     text = str(relative) if isinstance(relative, (str, Path)) else None
     if not text or "\0" in text or Path(text).is_absolute():
-        raise DatasetError(f"{where}: {_shown(relative)} is not a relative path inside {root}: the file is damaged or "
+        raise DatasetError(f"{where}: {shown(relative)} is not a relative path inside {root}: the file is damaged or "
                            "was edited; regenerate it")
     base = Path(root)
     path = base / text
     resolved, top = path.resolve(), base.resolve()
     if resolved != top and top not in resolved.parents:
-        raise DatasetError(f"{where}: {_shown(relative)} points outside {root}: only files inside it are read; "
+        raise DatasetError(f"{where}: {shown(relative)} points outside {root}: only files inside it are read; "
                            "regenerate the file")
     return path
 
 
-def _shown(value: object) -> str:
+def shown(value: object, limit: int = 60) -> str:
+    """A value as an error message quotes it: its repr, cut to `limit` characters."""
     text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from worldtune.errors import ServeError
+from worldtune.names import shown
 
 DTYPES = ("uint8", "float32", "float64", "float16", "int32", "int64")  # what a request may carry
 VERSION = 2  # of the protocol: /info reports it; a client refuses a server of another version (2: rollout ids)
@@ -105,8 +106,7 @@ def check_policy(value: Any) -> str | None:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return shown(value, 40)
 
 
 def encode_frames(frames: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
