@@ -45,3 +45,16 @@ def test_seed_cosmos3_recipe_stops_resumes_and_packs_loadable_weights(tmp_path, 
     loaded = Cosmos3OmniTransformer.from_pretrained(folder / "transformer")
     packed = load_file(str(ship / "transformer.safetensors"))
     assert all(torch.equal(p.half(), packed[n]) for n, p in loaded.named_parameters())
+
+
+def test_a_resumed_transformer_run_keeps_the_length_its_probe_fitted(tmp_path):
+    """`--budget-s` fits a fresh run's steps once; a later call resumes with that length (its schedule's), not
+    the recipe's default, and a run with no checkpoint yet starts afresh."""
+    from worldtune.seed import _started_steps
+
+    run_dir = tmp_path / "transformer"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"status": "preempted", "steps": 1538}))
+    assert _started_steps(run_dir) is None
+    (run_dir / "checkpoints" / "step-00000250").mkdir(parents=True)
+    assert _started_steps(run_dir) == 1538

@@ -64,7 +64,7 @@ RECIPES: dict[str, SeedRecipe] = {
     # Cosmos 3 with actions from the start: NVIDIA's joint action mode (forward dynamics, inverse dynamics and
     # policy, one per clip) on the scene robot's actions, in the robot's own embodiment-domain slot.
     "seed-cosmos3": SeedRecipe(
-        "seed-cosmos3", cond_frames_probs="{1 = 1.0}", actions=True, stage_overrides=()),
+        "seed-cosmos3", vae_steps=1300, batch=64, cond_frames_probs="{1 = 1.0}", actions=True, stage_overrides=()),
 }
 
 
@@ -97,7 +97,8 @@ def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = No
         "--train.steps", str(recipe.steps), "--train.batch_size", str(recipe.batch), "--train.lr", str(recipe.lr),
         "--train.warmup", str(recipe.warmup), "--train.f_max", "1.0", "--train.f_min", "0.05",
         "--train.ema", "0.999", "--train.cond_frames_probs", recipe.cond_frames_probs,
-        "--train.compile", "false", "--train.val_every", "1000", "--train.val_samples", "16",
+        "--train.compile", "false", "--train.grad_checkpointing", "off",
+        "--train.val_every", "1000", "--train.val_samples", "16",
         "--train.val_videos", "0", "--train.log_every", "50", "--train.checkpoint.every", "1000",
         "--train.checkpoint.keep", "1", "--train.resume", "auto", "--train.tensorboard", "false",
         *(("--prepare.actions.key", "action", "--train.task", "joint") if recipe.actions else ()),
@@ -141,6 +142,16 @@ def assemble_model(recipe: SeedRecipe, vae_folder: Path, out: Path) -> Path:
     shutil.copytree(vae_folder, tmp / "vae")
     tmp.rename(out)
     return out
+
+
+def _started_steps(run: Path) -> int | None:
+    """`train.steps` of a transformer run that has checkpoints to resume from (None: it starts afresh)."""
+    if not any((run / "checkpoints").glob("step-*")):
+        return None
+    try:
+        return int(json.loads((run / "run.json").read_text())["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _curve(run: Path, key: str) -> list[list[float]]:
@@ -231,8 +242,10 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
         return {"seed": None, "seconds": seconds}
     dit_run = Path(cfg.train.out)
     if not _done(dit_run):
-        if budget_s is not None and not (dit_run / "checkpoints").is_dir():
+        steps = _started_steps(dit_run)  # a run that resumes keeps the length (and schedule) it started with
+        if steps is None and budget_s is not None:
             steps = step("probe", lambda: fit_steps(cfg, budget_s - (time.time() - t_start), work))
+        if steps is not None:
             cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
         step("transformer", lambda: stage_fn("worldtune.train.trainer")(cfg))
     packed_model = work / "packed"

@@ -62,6 +62,10 @@ class LatentCache:
         if self.info.get("format") != FORMAT or self.info.get("version") != VERSION:
             raise DatasetError(f"{info_path}: not a {FORMAT} v{VERSION} cache; rebuild it with `worldtune cache`")
         self._where = locate_keys(self.root)
+        self._open: dict[Path, Any] = {}  # shard -> open reader: a shard's header is parsed once, not per item
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_open": {}}  # readers are not picklable; a worker process opens its own
 
     @property
     def clip_ids(self) -> set[str]:
@@ -82,8 +86,10 @@ class LatentCache:
             shard = self._where[kind][key]
         except KeyError:
             raise DatasetError(f"{self.root}: no cached {kind} for '{key}'; rerun `worldtune cache`") from None
-        with safe_open(str(shard), framework="pt") as st:
-            return st.get_tensor(key)
+        reader = self._open.get(shard)
+        if reader is None:
+            reader = self._open[shard] = safe_open(str(shard), framework="pt")
+        return reader.get_tensor(key)
 
     def latents(self, clip_id: str) -> torch.Tensor:
         return self._get("latents", clip_id)

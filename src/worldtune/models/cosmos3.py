@@ -217,18 +217,20 @@ class Cosmos3(ModelFamily):
 
     def predict(self, model: torch.nn.Module, batch, text: torch.Tensor, dtype: torch.dtype,
                 fps: float | None) -> torch.Tensor:
-        """Velocity [B, 48, T, H, W] for a noised FlowBatch; one transformer call per sample (the model packs
-        one sequence per call). `text` is `encode_prompts`' [B, 2, L]; `batch.text_keep` picks the row."""
+        """Velocity [B, 48, T, H, W] for a noised FlowBatch; samples whose packed sequences have one shape share
+        a transformer call (models/cosmos3_batch.py). `text` is `encode_prompts`' [B, 2, L]; `batch.text_keep`
+        picks the row."""
+        from worldtune.models.cosmos3_batch import call_grouped, install
         from worldtune.train.adapters import unwrap
 
         config = unwrap(model).config
-        preds = []
+        install(unwrap(model))
+        kws = []
         for b in range(batch.x_t.shape[0]):
             ids = text[b, 0 if bool(batch.text_keep[b] > 0) else 1]
-            kwargs = transformer_inputs(config, ids[ids != PAD_ID], batch.x_t[b:b + 1].to(dtype),
-                                        batch.timestep[b, 0, :, 0, 0], int(batch.num_cond[b]), fps)
-            preds.append(model(**kwargs)[0][0])
-        return torch.cat(preds)
+            kws.append(transformer_inputs(config, ids[ids != PAD_ID], batch.x_t[b:b + 1].to(dtype),
+                                          batch.timestep[b, 0, :, 0, 0], int(batch.num_cond[b]), fps))
+        return torch.cat([video for video, _, _ in call_grouped(model, kws)])
 
     def sample_from_first_latent(self, transformer: torch.nn.Module, scheduler, x0: torch.Tensor,
                                  text: torch.Tensor, noise: torch.Tensor, steps: int, guidance: float,

@@ -88,16 +88,19 @@ def forward_dynamics_inputs(config, input_ids: torch.Tensor, x_t: torch.Tensor, 
 def predict_dynamics(model: nn.Module, batch, text: torch.Tensor, actions, domain_ids: torch.Tensor,
                      dtype: torch.dtype, fps: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(video velocity [B, 48, T, H, W], action velocity [B, K, D]) for a noised FlowBatch and ActionBatch
-    (`worldtune.train.action_flow`), one transformer call per sample in the sample's mode: the video clean on its
-    first frame (forward dynamics, policy) or on all of them (inverse dynamics), the chunk clean or denoised.
+    (`worldtune.train.action_flow`), each sample in its mode: the video clean on its first frame (forward
+    dynamics, policy) or on all of them (inverse dynamics), the chunk clean or denoised; samples whose packed
+    sequences have one shape share a transformer call (models/cosmos3_batch.py).
     `text` is the family's [B, 2, L] token ids (`batch.text_keep` picks the row), `domain_ids` [B]. Velocities are
     zero where tokens are clean; the action velocity is cropped to the domain's raw width D."""
+    from worldtune.models.cosmos3_batch import call_grouped, install
     from worldtune.train.action_flow import clean_frames
     from worldtune.train.adapters import unwrap
 
     config = unwrap(model).config
+    install(unwrap(model))
     frames, width = batch.x_t.shape[2], actions.x_t.shape[-1]
-    videos, chunks = [], []
+    kws = []
     for b, mode in enumerate(actions.modes):
         if int(batch.num_cond[b]) != clean_frames(mode, frames):
             raise ConfigError(f"a {mode} sample keeps {clean_frames(mode, frames)} latent frame(s) clean, not "
@@ -106,10 +109,9 @@ def predict_dynamics(model: nn.Module, batch, text: torch.Tensor, actions, domai
         kw = action_run_inputs(config, ids[ids != PAD_ID], batch.x_t[b:b + 1].to(dtype), batch.timestep[b, 0, :, 0, 0],
                                actions.x_t[b], int(domain_ids[b]), fps, clean_frames=int(batch.num_cond[b]),
                                action_sigma=actions.sigma[b] if bool(actions.noisy[b] > 0) else None)
-        out = model(**kw)
-        videos.append(out[0][0])
-        chunks.append(out[2][0][:, :width])
-    return torch.cat(videos), torch.stack(chunks)
+        kws.append(kw)
+    outs = call_grouped(model, kws)  # samples of one sequence shape share a call
+    return torch.cat([v for v, _, _ in outs]), torch.stack([a[:, :width] for _, _, a in outs])
 
 
 def predict_forward_dynamics(model: nn.Module, batch, text: torch.Tensor, actions: torch.Tensor,

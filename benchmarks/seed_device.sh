@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# One call of a seed model's recipe on a lent GPU machine whose calls are capped at 10 minutes.
+#
+# The recipe (`worldtune seed NAME`) runs detached (setsid), so it keeps training between calls while the machine
+# stays warm; each call waits up to WAIT seconds (or until the recipe ends) and leaves a snapshot in $OUT: the
+# log, the transformer's curves, and the weights (the packed seed once done, else the newest checkpoint's EMA as
+# fp16, which a fresh machine can start from: put it in seedinit/transformer.safetensors and carry seedinit).
+#
+#   WAIT=560 BUDGET=1450 bash benchmarks/seed_device.sh      (NAME defaults to seed-cosmos3)
+#
+# A finished autoencoder is taken from benchmarks/results/NAME/ (run.json, curves, vae/config.json) with the
+# seed's shipped VAE weights, when there are both.
+set -u
+T0=$(date +%s)
+NAME=${NAME:-seed-cosmos3}
+read -ra EXTRA <<<"${EXTRA_ARGS:-}"  # more --section.key VALUE overrides of the recipe
+W=${W:-/tmp/seedwork}  # outside the checkout: a warm machine keeps it between calls
+OUT=${OUT:-/tmp/seed-out}
+mkdir -p "$OUT" "$W"
+if [ ! -f /tmp/site/.ok ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  touch /tmp/site/.ok
+fi
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+
+recipe() {  # the detached part
+  local args=(seed "$NAME" --out "$W" --ship "$W/ship" --budget-s "$BUDGET" --train.checkpoint.every 250 "${EXTRA[@]}")
+  if [ -f seedinit/transformer.safetensors ] && [ ! -d "$W/runs/transformer" ]; then
+    python3 -m worldtune.cli seed "$NAME" --out "$W" --stop-after model || return
+    python3 - "$W/model/transformer" seedinit/transformer.safetensors <<'EOF'
+import sys, torch
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+folder, init = Path(sys.argv[1]), load_file(sys.argv[2])
+(target,) = folder.glob("*.safetensors")
+state = load_file(str(target))
+assert set(init) <= set(state), sorted(set(init) - set(state))[:5]
+state.update({k: v.to(state[k].dtype) for k, v in init.items()})
+save_file(state, str(target))
+print(f"transformer: {len(init)} tensors from seedinit (a fresh optimizer and schedule)")
+EOF
+  fi
+  python3 -m worldtune.cli "${args[@]}"
+  echo "recipe exit $?"
+}
+
+if [ "${1:-}" = detached ]; then recipe; exit; fi
+if ! pgrep -f "seed_device.sh detached" >/dev/null && [ ! -f "$W/ship/seed.json" ]; then
+  if [ ! -f "$W/runs/vae/run.json" ] && [ -f "benchmarks/results/$NAME/run.json" ] \
+      && [ -f "src/worldtune/seeds/$NAME/vae.safetensors" ]; then
+    mkdir -p "$W/runs/vae"
+    cp -r "benchmarks/results/$NAME/vae" "$W/runs/vae/vae"  # config.json; the weights are the seed's
+    cp "src/worldtune/seeds/$NAME/vae.safetensors" "$W/runs/vae/vae/diffusion_pytorch_model.safetensors"
+    cp "benchmarks/results/$NAME/run.json" "$W/runs/vae/run.json"
+    cp "benchmarks/results/$NAME/vae_metrics.jsonl" "$W/runs/vae/metrics.jsonl"
+  fi
+  BUDGET=$BUDGET setsid nohup bash "$0" detached >>"$W/seed.log" 2>&1 </dev/null &
+  sleep 2
+fi
+while [ $(($(date +%s) - T0)) -lt "$WAIT" ] && pgrep -f "seed_device.sh detached" >/dev/null; do sleep 5; done
+
+# snapshot
+cp "$W/seed.log" "$OUT/seed.log"
+[ -f "$W/runs/transformer/metrics.jsonl" ] && cp "$W/runs/transformer/metrics.jsonl" "$OUT/dit_metrics.jsonl"
+[ -f "$W/runs/transformer/run.json" ] && cp "$W/runs/transformer/run.json" "$OUT/dit_run.json"
+if [ -f "$W/ship/seed.json" ]; then
+  cp "$W/ship/seed.json" "$W/ship/transformer.safetensors" "$OUT/"
+  cmp -s "$W/ship/vae.safetensors" "src/worldtune/seeds/$NAME/vae.safetensors" || cp "$W/ship/vae.safetensors" "$OUT/"
+else
+  python3 - "$W/runs/transformer/checkpoints" "$OUT/ema_fp16.safetensors" <<'EOF'
+import sys, torch
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+done = sorted(p for p in Path(sys.argv[1]).glob("step-*") if (p / "ema.safetensors").is_file())
+if done:
+    save_file({k: v.to(torch.float16).contiguous() for k, v in load_file(str(done[-1] / "ema.safetensors")).items()},
+              sys.argv[2])
+    print(f"snapshot: EMA of {done[-1].name}")
+EOF
+fi
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+tail -5 "$W/seed.log"
+echo "call took $(($(date +%s) - T0)) s"
