@@ -15,6 +15,7 @@ and returns the outputs in the batch's order.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ _LISTS = ("vision_tokens", "vision_token_shapes", "vision_noisy_frame_indexes", 
 _CATS = ("input_ids", "vision_timesteps", "action_timesteps")
 
 
+@cache
 def _processor_class():
     from diffusers.models.transformers.transformer_cosmos3 import Cosmos3AttnProcessor, _rotate_half
     from diffusers.models.attention_dispatch import dispatch_attention_fn
