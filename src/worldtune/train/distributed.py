@@ -51,6 +51,13 @@ class Dist:
         if self.world > 1:
             dist.barrier()
 
+    def close(self) -> None:
+        """End the process group before the interpreter exits: left to the exit's destructors, a gloo group's
+        threads can abort a process that has finished its work (SIGABRT after the last line of a run)."""
+        if self.world > 1 and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
 
 def shard_fsdp2(transformer: torch.nn.Module, param_dtype: torch.dtype | None, cpu_offload: bool):
     """FSDP2: shard each block, then the root; returns the (now DTensor) trainable parameters."""

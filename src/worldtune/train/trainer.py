@@ -593,4 +593,5 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
         if trainer.dist.any(PREEMPTION.requested):  # a signal after the last save: the run is done all the same
             trainer._exit_preempted(f"the run had finished, nothing to save ({summary['checkpoint']} and "
                                     f"{summary['export']} are written)", "after the last step")
+        trainer.dist.close()
     return summary
