@@ -161,17 +161,11 @@ def main() -> None:
     ap.add_argument("--droid", action="store_true", help="the DROID-size validation scene's figures instead")
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args()
-    if args.droid:
-        result = droid()
-        print(json.dumps(result, indent=1, default=str))
+    if args.droid or args.sensitivity:
+        text = json.dumps(droid() if args.droid else sensitivity(), indent=1, default=str)
+        print(text)
         if args.json:
-            args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
-        return
-    if args.sensitivity:
-        result = sensitivity()
-        print(json.dumps(result, indent=1))
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=1) + "\n")
+            args.json.write_text(text + "\n")
         return
 
     from rich.console import Console

@@ -2,7 +2,8 @@
 
 Under SLURM (or any redirect) stdout is a file: a rich bar would print nothing until the end and
 library bars would fill the log with carriage returns. There every stage prints flushed plain
-lines instead (`Progress`: at least one every 30 s or 5 % of the work, with rate and ETA;
+lines instead (`Progress`: at least one every 30 s or 5 % of the work, with rate and ETA; training prints
+its own line every `train.log_every` steps;
 `setting_up`: one for each slow setup step), and the libraries' own progress bars are off.
 """
 

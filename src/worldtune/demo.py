@@ -52,28 +52,30 @@ def default_steps(model: str) -> int:
     return 100 if get_spec(model).weights else 200
 
 
-def demo_data(model: str) -> dict[str, Any]:
-    """The demo dataset's settings: a seed model's held-out tasks at its recipe's camera size (what the base
-    never saw, so post-training has something to teach); the classic small scene for a tiny random model."""
+def _seed_recipe(model: str):
+    """The recipe a seed model was made with; None for a model without shipped weights (a tiny random one)."""
     from worldtune.models.registry import get_spec
 
     if not get_spec(model).weights:
-        return {}
+        return None
     from worldtune.seed import recipe_for
 
-    r = recipe_for(model)
+    return recipe_for(model)
+
+
+def demo_data(model: str) -> dict[str, Any]:
+    """The demo dataset's settings: a seed model's held-out tasks at its recipe's camera size (what the base
+    never saw, so post-training has something to teach); the classic small scene for a tiny random model."""
+    r = _seed_recipe(model)
+    if r is None:
+        return {}
     return {"episodes": 30, "height": r.camera_height, "width": r.camera_width, "targets": r.held_out}
 
 
 def trains_actions(model: str) -> bool:
     """Whether the demo of `model` is the action one by default: a seed model made with the robot's actions."""
-    from worldtune.models.registry import get_spec
-
-    if not get_spec(model).weights:
-        return False
-    from worldtune.seed import recipe_for
-
-    return recipe_for(model).actions
+    r = _seed_recipe(model)
+    return r is not None and r.actions
 
 
 def action_overrides(out: Path) -> list[str]:

@@ -106,11 +106,16 @@ def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = No
     ])
 
 
-def _done(run: Path) -> bool:
+def _run_info(run: Path) -> dict[str, Any]:
+    """A run folder's `run.json` ({} before it has one)."""
     try:
-        return json.loads((run / "run.json").read_text()).get("status") == "done"
+        return json.loads((run / "run.json").read_text())
     except (OSError, ValueError):
-        return False
+        return {}
+
+
+def _done(run: Path) -> bool:
+    return _run_info(run).get("status") == "done"
 
 
 def write_data(recipe: SeedRecipe, root: Path) -> Path:
@@ -149,8 +154,8 @@ def _started_steps(run: Path) -> int | None:
     if not any((run / "checkpoints").glob("step-*")):
         return None
     try:
-        return int(json.loads((run / "run.json").read_text())["steps"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(_run_info(run)["steps"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -42,15 +42,10 @@ def squared_errors(labels: np.ndarray, drive: np.ndarray, mean: np.ndarray) -> t
     return ((labels[:k] - drive) ** 2).sum(0), ((mean[None] - drive) ** 2).sum(0)
 
 
-def pooled_nmse(errors: Sequence[np.ndarray], baselines: Sequence[np.ndarray], varying: np.ndarray) -> float:
-    """Mean over the varying entries of sum(errors) / sum(baselines)."""
-    e, b = np.sum(errors, axis=0)[varying], np.sum(baselines, axis=0)[varying]
-    return float(np.mean(e / b))
-
-
 def bootstrap_ci(clusters: Sequence[tuple[list[np.ndarray], list[np.ndarray]]], varying: np.ndarray,
                  n_boot: int = N_BOOT, seed: int = BOOTSTRAP_SEED, level: float = CI_LEVEL) -> tuple[float, float] | None:
-    """Percentile interval of `pooled_nmse`, resampling whole inputs; None with fewer than two."""
+    """Percentile interval of the pooled normalised MSE (mean over the varying entries of sum(errors) /
+    sum(baselines)), resampling whole inputs; None with fewer than two."""
     if len(clusters) < 2:
         return None
     e = np.stack([np.sum(c[0], axis=0) for c in clusters])[:, varying]
@@ -84,10 +79,10 @@ def score(videos: Sequence[dict[str, Any]], label: Labeller, drives: Mapping[str
         return {**out, "nmse": None, "ci_low": None, "ci_high": None, "per_entry": {},
                 "reason": "no videos" if not errors else "every action entry is constant"}
     ci = bootstrap_ci(list(by_input.values()), varying)
-    e_sum, b_sum = np.sum(errors, axis=0), np.sum(baselines, axis=0)
-    return {**out, "nmse": pooled_nmse(errors, baselines, varying), "ci_low": ci[0] if ci else None,
+    ratios = np.sum(errors, axis=0)[varying] / np.sum(baselines, axis=0)[varying]  # per varying entry
+    return {**out, "nmse": float(np.mean(ratios)), "ci_low": ci[0] if ci else None,
             "ci_high": ci[1] if ci else None, "reason": "" if ci else "one input: no interval",
-            "per_entry": {n: float(e_sum[j] / b_sum[j]) for j, n in enumerate(names) if varying[j]}}
+            "per_entry": dict(zip([n for n, v in zip(names, varying) if v], map(float, ratios)))}
 
 
 def run(generations: Path, dataset: Path, labellers: Mapping[str, tuple[Labeller, np.ndarray, list[str], str]]
@@ -98,6 +93,7 @@ def run(generations: Path, dataset: Path, labellers: Mapping[str, tuple[Labeller
     from worldtune.data.actions import clip_chunk, load_clip
     from worldtune.data.video import read_frames
     from worldtune.infer import records
+    from worldtune.names import inside
 
     rows = list(records.all_rows(generations).values())
     manifest = _manifest(dataset)
@@ -114,9 +110,11 @@ def run(generations: Path, dataset: Path, labellers: Mapping[str, tuple[Labeller
     out: dict[str, Any] = {}
     for kind, (label, mean, names, reads) in labellers.items():
         def read(v: dict[str, Any], reads: str = reads) -> Any:
+            where = f"{generations}/generations.jsonl"
             if reads == "views":
-                return {role: read_frames(generations / path) for role, path in v["views"].items()}
-            return read_frames(generations / v["video"]), v["task"]
+                return {role: read_frames(inside(generations, path, f"{where} views"))
+                        for role, path in v["views"].items()}
+            return read_frames(inside(generations, v["video"], f"{where} video")), v["task"]
 
         models = {m: score(videos, label, drives, mean, names, read) for m, videos in by_model.items()}
         models[REAL] = score(list(real.values()), label, drives, mean, names, read)

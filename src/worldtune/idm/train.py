@@ -339,4 +339,7 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     """Entry point of `worldtune idm train`: stop signals are noted while the episodes load, too (the CLI holds
     them from its first instruction)."""
     with PREEMPTION.held():
-        return IdmTrainer(cfg).fit()
+        trainer = IdmTrainer(cfg)
+        summary = trainer.fit()
+        trainer.dist.close()
+    return summary

@@ -220,11 +220,10 @@ class Cosmos3(ModelFamily):
         """Velocity [B, 48, T, H, W] for a noised FlowBatch; samples whose packed sequences have one shape share
         a transformer call (models/cosmos3_batch.py). `text` is `encode_prompts`' [B, 2, L]; `batch.text_keep`
         picks the row."""
-        from worldtune.models.cosmos3_batch import call_grouped, install
+        from worldtune.models.cosmos3_batch import call_grouped
         from worldtune.train.adapters import unwrap
 
         config = unwrap(model).config
-        install(unwrap(model))
         kws = []
         for b in range(batch.x_t.shape[0]):
             ids = text[b, 0 if bool(batch.text_keep[b] > 0) else 1]

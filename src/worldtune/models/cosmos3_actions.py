@@ -93,12 +93,11 @@ def predict_dynamics(model: nn.Module, batch, text: torch.Tensor, actions, domai
     sequences have one shape share a transformer call (models/cosmos3_batch.py).
     `text` is the family's [B, 2, L] token ids (`batch.text_keep` picks the row), `domain_ids` [B]. Velocities are
     zero where tokens are clean; the action velocity is cropped to the domain's raw width D."""
-    from worldtune.models.cosmos3_batch import call_grouped, install
+    from worldtune.models.cosmos3_batch import call_grouped
     from worldtune.train.action_flow import clean_frames
     from worldtune.train.adapters import unwrap
 
     config = unwrap(model).config
-    install(unwrap(model))
     frames, width = batch.x_t.shape[2], actions.x_t.shape[-1]
     kws = []
     for b, mode in enumerate(actions.modes):

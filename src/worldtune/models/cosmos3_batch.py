@@ -75,10 +75,8 @@ def install(transformer: torch.nn.Module) -> None:
     cls = _processor_class()
     for module in transformer.modules():
         proc = getattr(module, "processor", None)
-        if proc is not None and type(proc).__name__ == "Cosmos3AttnProcessor":
-            new = cls()
-            new.__dict__.update(proc.__dict__)
-            module.processor = new
+        if type(proc) is cls.__base__:  # the stock processor: its settings stay, its class changes
+            proc.__class__ = cls
 
 
 def merge_inputs(kws: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,7 +116,8 @@ def merge_inputs(kws: list[dict[str, Any]]) -> dict[str, Any]:
 
 def call_grouped(model: torch.nn.Module, kws: list[dict[str, Any]]) -> list[tuple[Any, Any, Any]]:
     """(video, sound, action) predictions of each sample, one model call per group of samples whose sequences
-    have the same shape (the model's processors must be `install`ed)."""
+    have the same shape (`model` may carry adapters or wrappers: `install` finds the attention modules inside)."""
+    install(model)
     groups: dict[tuple[int, int, bool], list[int]] = {}
     for i, k in enumerate(kws):
         groups.setdefault((k["und_len"], k["sequence_length"], "action_tokens" in k), []).append(i)

@@ -31,7 +31,7 @@ from worldtune.errors import ConfigError, DatasetError, ServeError, WorldtuneErr
 from worldtune.infer.dynamics import check_actions, forward_dynamics
 from worldtune.models.action_dynamics import ActionDomain
 from worldtune.models.family import action_dynamics, family_of, pipeline_dynamics
-from worldtune.names import safe_names
+from worldtune.names import safe_names, shown
 from worldtune.serve.cameras import CameraMap, check_stream_size, returned_size
 from worldtune.serve.judging import RolloutJudge, rollout_judge
 from worldtune.serve.protocol import Ended, Refused, check_policy, check_seed
@@ -43,10 +43,6 @@ MAX_SCALE = 4  # a camera frame may be this many times the model frame's side (b
 UNSIZED_SIDE = 4096  # the longest camera frame side before the model frame's size is known
 REQUEST_SLACK = 1 << 20  # bytes of a request besides its frames: JSON, instruction, an action chunk as text
 ENDED_MEMORY = 1024  # ended rollouts remembered, so a late step says "ended" and a repeated end gets its answer
-
-
-def _short(text: str) -> str:
-    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 @dataclass
@@ -250,7 +246,7 @@ class WorldModel:
             ended, why = self.ended[rid]
             raise Refused(f"{what}: rollout {rid} was {why}" + (f" (recorded as {ended.recorded})" if ended.recorded
                                                                 else "") + ": reset to start another", 410)
-        raise Refused(f"{what}: no rollout {_short(rid)} on this server (never started, or the server restarted): "
+        raise Refused(f"{what}: no rollout {shown(rid, 40)} on this server (never started, or the server restarted): "
                       "reset to start one", 404)
 
     def _remember(self, rid: str, ended: Ended, why: str) -> None:
