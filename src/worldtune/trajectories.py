@@ -45,11 +45,11 @@ from worldtune.errors import ConfigError, DatasetError
 from worldtune.idm.data import action_names, check_cameras, read_actions
 from worldtune.idm.cosmos3 import Cosmos3Labeler
 from worldtune.idm.label import ActionLabeler
+from worldtune.idm.label_dataset import PROVENANCE
 from worldtune.infer.views import layout_roles
 from worldtune.lock import OutputLock
 from worldtune.names import inside, safe_names
 
-PROVENANCE = "meta/worldtune_trajectories.json"
 SOURCE_COLUMNS = ("model", "adapter", "seed", "prompt", "params_hash", "name", "video")
 
 

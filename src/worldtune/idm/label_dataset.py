@@ -27,13 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from worldtune.atomic import atomic_write_bytes
 from worldtune.data.layout import resize_frames
 from worldtune.data.lerobot import LeRobotDataset
 from worldtune.data.lerobot_writer import LeRobotWriter, VideoEncoding
 from worldtune.errors import ConfigError, DatasetError
 from worldtune.idm.label import ActionLabeler
 
-PROVENANCE = "meta/worldtune_trajectories.json"
+PROVENANCE = "meta/worldtune_trajectories.json"  # how the dataset was made (every trajectories output)
 
 
 def camera_map(labeler: ActionLabeler, source: LeRobotDataset, mapping: dict[str, str]) -> dict[str, str]:
@@ -131,7 +132,7 @@ def run(cfg: Any) -> dict[str, Any]:
                    "episodes": {"labelled": len(writer.episodes), "skipped": skipped}, "frames": info["total_frames"],
                    "fps": fps, "cameras": keys, "labeller": {"kind": "idm", "idm": str(Path(tc.idm).resolve())},
                    "codec": tc.codec, "lossless": tc.lossless, "seconds": round(time.time() - t0, 2)}
-        (tmp / PROVENANCE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        atomic_write_bytes(tmp / PROVENANCE, (json.dumps(summary, indent=1) + "\n").encode())
     except BaseException:
         if writer is not None:
             writer.abort()
