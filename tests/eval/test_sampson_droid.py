@@ -38,7 +38,7 @@ def droid():
     poster = DroidEpisode(0, FRAMES, poster_only=True)
     return {"ep": ep, "raw": raw, "av1": {r: encode(v) for r, v in raw.items()},
             "h264": {r: encode(v, "h264") for r, v in raw.items()},
-            "other": {r: encode(v) for r, v in other.views(FIXED).items()},
+            "other": {r: encode(v) for r, v in other.views(FIXED).items()},  # the same rig, another episode
             "slow": slow, "slow_wrist": encode(slow.views(("wrist",))["wrist"]),
             "poster": poster, "poster_views": {r: encode(v) for r, v in poster.views(FIXED).items()}}
 
@@ -216,3 +216,17 @@ def test_dynamic_figure_rises_with_a_shift_of_what_moves(droid):
         values.append(s.median)
     assert all(v - true.median >= d / 2 for v, d in zip(values, (2, 4, 8))), (true.median, values)
     assert values == sorted(values), values
+
+
+def test_dynamic_figure_on_the_wide_pair(droid):
+    """78° apart over a plain table, where the whole-frame figure scores 4 of 32 frames: silhouettes need
+    no matches, so the dynamic figure scores most frames, low on the true ones, and high on another
+    episode's view of the same camera."""
+    ep, av1 = droid["ep"], droid["av1"]
+    metric = SampsonError(SampsonConfig(crossview=False))
+    ref = metric.reference(av1, "ep0", base=calibrated(ep))
+    pair = lambda c: metric.score_views({"ext_a": av1["ext_a"], "ext_c": c}, reference=ref).crossview_dynamic[WIDE]  # noqa: E731
+    true = pair(av1["ext_c"])
+    assert true.mode == "calibrated" and true.evaluated >= 0.7 * FRAMES and true.median < 1.0, true.summary()
+    other = pair(droid["other"]["ext_c"])
+    assert other.median > 1.0, other.summary()
