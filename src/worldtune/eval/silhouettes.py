@@ -66,7 +66,7 @@ def moving_mask(frame: np.ndarray, static: np.ndarray, s: SilhouetteSettings = S
     m = (diff > max(s.threshold, s.noise_factor * noise)).astype(np.uint8)
     m = cv2.morphologyEx(m, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
     m = cv2.morphologyEx(m, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
-    n, labels, stats, _ = cv2.connectedComponentsWithStats(m)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(m)
     big = np.flatnonzero(stats[:, cv2.CC_STAT_AREA] >= s.min_area * m.size)
     return np.isin(labels, big[big > 0])
 
