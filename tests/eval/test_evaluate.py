@@ -47,6 +47,7 @@ def test_dynamic_crossview_figure_flows_beside_the_whole_frame_one(evaluated):
     detail = real["sampson_detail"]
     assert list(detail["crossview_dynamic"]["parts"]) == ["exterior_1|exterior_2"]
     assert detail["crossview"]["parts"]["exterior_1|exterior_2"]["skip_reasons"].get("no_reference")
+    assert detail["notes"]["crossview_dynamic:exterior_1|exterior_2"] == detail["notes"]["crossview:exterior_1|exterior_2"]
     assert all("moving camera" in detail["notes"][f"crossview_dynamic:{p}"] for p in ("exterior_1|wrist", "exterior_2|wrist"))
     assert res["models"]["real"]["sampson_crossview_dynamic"]["missing"] == 1
     assert "sampson_crossview_dynamic" in res["lower_is_better"]

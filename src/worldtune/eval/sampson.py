@@ -512,19 +512,20 @@ class SampsonError:
                 if has_F:
                     score.crossview_dynamic[name] = self.crossview_dynamic(views[a], views[b], pair.F, pair.mode, name)
                 elif fixed and self.cfg.geometry != "selffit":
-                    score.crossview_dynamic[name] = self._no_reference(name, pair, score)
+                    score.crossview_dynamic[name] = self._no_reference(name, pair, score, "crossview_dynamic")
                 else:
                     score.notes[f"crossview_dynamic:{name}"] = (
                         "a moving camera: no fixed F to hold its silhouettes to, not scored" if not fixed else
                         "geometry = selffit: the dynamic figure needs the rig's F, not scored")
         return score
 
-    def _no_reference(self, name: str, pair: PairReference | None, score: VideoScore) -> SeriesScore:
-        """A fixed pair without the rig's F: every frame skipped as `no_reference`, the reason noted."""
+    def _no_reference(self, name: str, pair: PairReference | None, score: VideoScore,
+                      kind: str = "crossview") -> SeriesScore:
+        """A fixed pair without the rig's F: every frame skipped as `no_reference`, the reason noted under `kind`."""
         s = SeriesScore(name, mode=self.cfg.geometry if pair is None else pair.mode)
         s.skip("no_reference", len(self._frames(score.num_frames)))
-        score.notes[f"crossview:{name}"] = (pair.reason if pair is not None and pair.reason else
-                                            "no reference geometry for this pair")
+        score.notes[f"{kind}:{name}"] = (pair.reason if pair is not None and pair.reason else
+                                         "no reference geometry for this pair")
         return s
 
     def score_source(self, source: "VideoSource", reference: Reference | None = None) -> VideoScore:
