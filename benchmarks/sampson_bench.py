@@ -119,11 +119,12 @@ def droid(frames: int = 32) -> dict:
     out: dict = {"frames": frames, "detect_scale": ref.detect_scale,
                  "references": {k: p.summary() for k, p in ref.pairs.items()}}
 
-    def pair(views, key=NARROW, scale="auto"):
+    def pair(views, key=NARROW, scale="auto", kind="crossview"):
         a, b = key.split("|")
         m = metric if scale == "auto" else SampsonError(SampsonConfig(detect_scale=scale))
-        s = m.score_views({a: views[a], b: views[b]}, reference=ref).crossview[key]
-        return {"median_px": None if s.evaluated == 0 else round(s.median, 3), "frames_scored": s.evaluated}
+        s = getattr(m.score_views({a: views[a], b: views[b]}, reference=ref), kind)[key]
+        return {"median_px": None if s.evaluated == 0 else round(s.median, 3), "frames_scored": s.evaluated,
+                **({"skip_reasons": s.skipped, "dropped": s.dropped} if kind == "crossview_dynamic" else {})}
 
     for scale in ("auto", 0.5):
         out[f"narrow_scale_{scale}"] = {"av1": pair(av1, scale=scale), "h264": pair(h264, scale=scale)}
@@ -135,6 +136,16 @@ def droid(frames: int = 32) -> dict:
                                                                       for i in range(frames)]))))["median_px"] for d in (1, 2, 4)}
     out["narrow_other_episode"] = pair(dict(av1, ext_b=encode(other.views(("ext_b",))["ext_b"])))
     out["wide"] = pair(av1, WIDE)
+    # the figure on what moves (silhouette tangency): true frames, another episode's view, only the arm moved
+    oth = {r: encode(v) for r, v in other.views(FIXED).items()}
+    dyn = lambda views, key=NARROW: pair(views, key, kind="crossview_dynamic")  # noqa: E731
+    out["dynamic"] = {"narrow_av1": dyn(av1), "narrow_h264": dyn(h264), "narrow_other_episode": dyn(dict(av1, ext_b=oth["ext_b"])),
+                      "wide_av1": dyn(av1, WIDE), "wide_h264": dyn(h264, WIDE), "wide_other_episode": dyn(dict(av1, ext_c=oth["ext_c"]), WIDE)}
+    signs1 = np.random.default_rng(1).choice([-1.0, 1.0], frames)  # the validation test's signs
+    out["dynamic"]["narrow_arm_jitter"] = {d: dyn(dict(av1, ext_b=encode(np.stack([ep.render_view("ext_b", i, moving_shift=tuple(
+        d * signs1[i] * n)) for i in range(frames)]))))["median_px"] for d in (1, 2, 4, 8)}
+    out["dynamic"]["narrow_arm_jitter_whole_frame_figure"] = {d: pair(dict(av1, ext_b=encode(np.stack([ep.render_view(
+        "ext_b", i, moving_shift=tuple(d * signs1[i] * n)) for i in range(frames)]))))["median_px"] for d in (4, 8)}
     for name, e in (("textured", ep), ("poster_only", DroidEpisode(0, frames, poster_only=True))):
         views = av1 if e is ep else {r: encode(v) for r, v in e.views(FIXED).items()}
         for guard, cfg in (("proven", SampsonConfig(geometry="reference")),

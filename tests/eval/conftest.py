@@ -24,7 +24,8 @@ def evaluated(gen_folder, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("eval")
     cfg = EvaluateConfig(runs=[str(gen_folder)], out=str(out), workers=2,
-                         metrics=["sampson_temporal", "sampson_crossview", "pixels", "judge_physics", "judge_instruction"])
+                         metrics=["sampson_temporal", "sampson_crossview", "sampson_crossview_dynamic", "pixels",
+                                  "judge_physics", "judge_instruction"])
     return out, run(cfg)
 
 

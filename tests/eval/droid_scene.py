@@ -136,9 +136,11 @@ class DroidEpisode:
             prims.append(Box(g + np.array([0, 0, 0.02]), np.full(3, 0.02), "green", yaw))
         return prims
 
-    def render_view(self, role: str, i: int, shift: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
+    def render_view(self, role: str, i: int, shift: tuple[float, float] = (0.0, 0.0),
+                    moving_shift: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
         """HxWx3 uint8 view of `role` at frame i; `shift` (dx, dy) px moves the whole image exactly
-        (the principal point moves: no resampling blur that would change what a detector finds)."""
+        (the principal point moves: no resampling blur that would change what a detector finds);
+        `moving_shift` moves only what moves (arm, carried block) over the unmoved background."""
         cam = self.camera(role, i)
         if shift != (0.0, 0.0):
             cam = Camera(cam.K + np.array([[0, 0, shift[0]], [0, 0, shift[1]], [0, 0, 0]]), cam.R, cam.t, cam.width, cam.height)
@@ -149,6 +151,9 @@ class DroidEpisode:
             depth, color = (a.copy() for a in self._static_cache[role])
         else:
             depth, color = _render(cam, self._static(), self.tex)
+        if moving_shift != (0.0, 0.0):
+            cam = Camera(cam.K + np.array([[0, 0, moving_shift[0]], [0, 0, moving_shift[1]], [0, 0, 0]]), cam.R, cam.t,
+                         cam.width, cam.height)
         _render(cam, self._moving(i), self.tex, depth, color)
         return (np.clip(color, 0, 1) * 255 + 0.5).astype(np.uint8).reshape(cam.height, cam.width, 3)
 

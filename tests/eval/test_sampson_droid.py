@@ -38,7 +38,7 @@ def droid():
     poster = DroidEpisode(0, FRAMES, poster_only=True)
     return {"ep": ep, "raw": raw, "av1": {r: encode(v) for r, v in raw.items()},
             "h264": {r: encode(v, "h264") for r, v in raw.items()},
-            "other": {r: encode(v) for r, v in other.views(FIXED).items()},
+            "other": {r: encode(v) for r, v in other.views(FIXED).items()},  # the same rig, another episode
             "slow": slow, "slow_wrist": encode(slow.views(("wrist",))["wrist"]),
             "poster": poster, "poster_views": {r: encode(v) for r, v in poster.views(FIXED).items()}}
 
@@ -173,3 +173,60 @@ def test_wide_low_texture_pair_is_scored_only_where_it_can_be(droid):
     assert s.mode == "calibrated" and s.evaluated + s.n_skipped == FRAMES
     assert s.evaluated >= 2 and s.median < 0.5, s.summary()
     assert set(s.skipped) <= {"too_few_matches", "matches_off_reference"}, s.summary()
+
+
+# ------------------------------------------------------------------ the dynamic figure (what moves)
+def _across_lines(ep: DroidEpisode, role: str = "ext_b") -> np.ndarray:
+    """Unit image direction across the epipolar lines of the narrow pair in `role`, at the image centre."""
+    F = ep.F("ext_a", "ext_b")
+    line = F.T @ np.array([(W - 1) / 2, (H - 1) / 2, 1.0]) if role == "ext_b" else F @ np.array([(W - 1) / 2, (H - 1) / 2, 1.0])
+    return line[:2] / np.linalg.norm(line[:2])
+
+
+def test_dynamic_figure_reads_true_frames_low_and_another_episodes_view_high(droid):
+    """Silhouette tangency of what moves, under the calibrated F: the true frames agree (AV1 and H.264)
+    on most frames; the same camera's view of another episode (arm and objects elsewhere) does not,
+    while the whole-frame figure, reading the static background, stays low on it."""
+    metric = SampsonError()
+    ref = metric.reference(droid["av1"], "ep0", base=calibrated(droid["ep"]))
+    for codec in ("av1", "h264"):
+        views = {r: droid[codec][r] for r in ("ext_a", "ext_b")}
+        dyn = metric.score_views(views, reference=ref).crossview_dynamic[NARROW]
+        assert dyn.mode == "calibrated" and dyn.evaluated + dyn.n_skipped == FRAMES, dyn.summary()
+        assert dyn.median < 1.0 and dyn.evaluated >= 0.7 * FRAMES, (codec, dyn.summary())
+    views = {r: droid["av1"][r] for r in ("ext_a", "ext_b")}
+    swapped = metric.score_views(dict(views, ext_b=droid["other"]["ext_b"]), reference=ref)
+    assert swapped.crossview[NARROW].median < 1.0, swapped.crossview[NARROW].summary()
+    assert swapped.crossview_dynamic[NARROW].median > 1.0, swapped.crossview_dynamic[NARROW].summary()
+
+
+def test_dynamic_figure_rises_with_a_shift_of_what_moves(droid):
+    """Only the arm and its block moved, by d px across the epipolar lines with a random sign per frame:
+    the dynamic figure rises by >= d/2, monotonically (the Sampson distance splits d between the views)."""
+    ep, av1 = droid["ep"], droid["av1"]
+    metric = SampsonError(SampsonConfig(crossview=False))
+    ref = metric.reference(av1, "ep0", base=calibrated(ep))
+    pair = lambda b: metric.score_views({"ext_a": av1["ext_a"], "ext_b": b}, reference=ref).crossview_dynamic[NARROW]  # noqa: E731
+    true = pair(av1["ext_b"])
+    n, signs = _across_lines(ep), np.random.default_rng(1).choice([-1.0, 1.0], FRAMES)
+    values = []
+    for d in (2, 4, 8):
+        s = pair(encode(np.stack([ep.render_view("ext_b", i, moving_shift=tuple(d * signs[i] * n)) for i in range(FRAMES)])))
+        assert s.evaluated >= 0.5 * FRAMES, (d, s.summary())
+        values.append(s.median)
+    assert all(v - true.median >= d / 2 for v, d in zip(values, (2, 4, 8))), (true.median, values)
+    assert values == sorted(values), values
+
+
+def test_dynamic_figure_on_the_wide_pair(droid):
+    """78° apart over a plain table, where the whole-frame figure scores 4 of 32 frames: silhouettes need
+    no matches, so the dynamic figure scores most frames, low on the true ones, and high on another
+    episode's view of the same camera."""
+    ep, av1 = droid["ep"], droid["av1"]
+    metric = SampsonError(SampsonConfig(crossview=False))
+    ref = metric.reference(av1, "ep0", base=calibrated(ep))
+    pair = lambda c: metric.score_views({"ext_a": av1["ext_a"], "ext_c": c}, reference=ref).crossview_dynamic[WIDE]  # noqa: E731
+    true = pair(av1["ext_c"])
+    assert true.mode == "calibrated" and true.evaluated >= 0.7 * FRAMES and true.median < 1.0, true.summary()
+    other = pair(droid["other"]["ext_c"])
+    assert other.median > 1.0, other.summary()

@@ -63,8 +63,10 @@ class EvaluateConfig(Section):
     runs: list[str] = Field(default_factory=lambda: ["demo_out/generations"],
                             description="generation folders written by `worldtune generate`")
     out: str = Field("demo_out/eval", description="output folder: results.json, videos.jsonl, videos.csv")
-    metrics: list[str] = Field(default_factory=lambda: ["sampson_temporal", "sampson_crossview", "pixels"],
-                               description="sampson_temporal, sampson_crossview, pixels (= psnr, ssim, dynamic_psnr, "
+    metrics: list[str] = Field(default_factory=lambda: ["sampson_temporal", "sampson_crossview", "sampson_crossview_dynamic",
+                                                        "pixels"],
+                               description="sampson_temporal, sampson_crossview, sampson_crossview_dynamic (cross-view "
+                                           "on what moves), pixels (= psnr, ssim, dynamic_psnr, "
                                            "motion_iou_spatial, motion_iou_spatiotemporal, warp_error), "
                                            "judge_physics, judge_instruction, judge:<rubric>")
     dataset: str | None = Field(None, description="the prepared dataset the generations came from; its cameras.json "

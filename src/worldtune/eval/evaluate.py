@@ -12,9 +12,10 @@ Output in `<out>/`:
 - `videos.jsonl` / `videos.csv`: one row per scored video (the report reads these);
 - `judge_cache.jsonl`: the judge's replies, so a rerun asks only what is new.
 
-Metrics (names as in `evaluate.metrics`): `sampson_temporal`, `sampson_crossview` (pixels, lower
-is better; a video's value is its median over frame pairs; scored against the real rig's geometry
-when it exists, worldtune.eval.sampson), the pixel metrics against the real continuation
+Metrics (names as in `evaluate.metrics`): `sampson_temporal`, `sampson_crossview`,
+`sampson_crossview_dynamic` (pixels, lower is better; a video's value is its median over frame pairs;
+scored against the real rig's geometry when it exists, worldtune.eval.sampson; the dynamic one on what
+moves, worldtune.eval.silhouettes), the pixel metrics against the real continuation
 (`pixels` = `psnr`, `ssim`, `dynamic_psnr`, `motion_iou_spatial`, `motion_iou_spatiotemporal`,
 `warp_error`; worldtune.eval.pixels; a video's value is the mean over its camera views),
 `judge_physics`, `judge_instruction` (1-5, higher is better), and `judge:<rubric name or YAML path>`.
@@ -46,12 +47,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from worldtune.errors import EvaluationError
+from worldtune.eval.sampson import KINDS
 from worldtune.names import inside
 
 FORMAT = "worldtune.eval"
 VERSION = 1
 REFERENCE = "real"  # model label of the ground-truth clips
-SAMPSON_METRICS = ("sampson_temporal", "sampson_crossview")
+SAMPSON_METRICS = tuple(f"sampson_{k}" for k in KINDS)
 PIXEL_METRICS = ("psnr", "ssim", "dynamic_psnr", "motion_iou_spatial", "motion_iou_spatiotemporal", "warp_error")
 JUDGE_METRICS = {"judge_physics": "physical_plausibility", "judge_instruction": "instruction_following"}
 LOWER_IS_BETTER = set(SAMPSON_METRICS) | {"warp_error"}
@@ -197,7 +199,8 @@ def sampson_config(cfg: Any, metrics: Sequence[str]) -> Any:
                          masks=tuple((r, tuple(tuple(b) for b in bs)) for r, bs in cfg.sampson_masks.items()),
                          auto_masks=cfg.sampson_auto_masks, gate=cfg.sampson_gate,
                          detect_scale=cfg.sampson_detect_scale,
-                         temporal="sampson_temporal" in metrics, crossview="sampson_crossview" in metrics)
+                         temporal="sampson_temporal" in metrics, crossview="sampson_crossview" in metrics,
+                         crossview_dynamic="sampson_crossview_dynamic" in metrics)
 
 
 def _source(e: Entry) -> Any:
@@ -249,7 +252,7 @@ def run_sampson(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str],
     out: dict[str, dict[str, Any]] = {}
     for e, s in zip(entries, scores):
         row: dict[str, Any] = {"sampson_status": s.status, "sampson_detect_scale": s.detect_scale}
-        for kind in ("temporal", "crossview"):
+        for kind in KINDS:
             if f"sampson_{kind}" not in metrics:
                 continue
             parts = getattr(s, kind)
@@ -507,7 +510,7 @@ def print_summary(results: dict[str, Any]) -> None:
     for why, where in notes.items():
         console.print(f"  {why} ({', '.join(where)})")
     for label, s in results.get("sampson", {}).items():
-        for kind in ("temporal", "crossview"):
+        for kind in KINDS:
             k = s.get(kind)
             if k and k.get("pairs_skipped"):
                 console.print(f"  {label}: sampson_{kind} skipped {k['pairs_skipped']} of "

@@ -30,10 +30,12 @@ from worldtune.atomic import atomic_write_text
 from worldtune.errors import EvaluationError
 from worldtune.eval.dynamics import OTHER_SUFFIX
 from worldtune.eval.evaluate import is_reference
+from worldtune.eval.sampson import KINDS
 from worldtune.eval.stats import MIN_CI_INPUTS
 
 PLAYABLE = {"h264": ".mp4", "vp9": ".webm", "av1": ".webm"}
 METRIC_TITLES = {"sampson_temporal": "Sampson error, temporal (px)", "sampson_crossview": "Sampson error, cross-view (px)",
+                 "sampson_crossview_dynamic": "Sampson error, cross-view, what moves (px)",
                  "psnr": "PSNR vs real (dB)", "ssim": "SSIM vs real", "dynamic_psnr": "dynamic PSNR vs real (dB)",
                  "motion_iou_spatial": "motion-mask IoU, spatial", "motion_iou_spatiotemporal": "motion-mask IoU, spatiotemporal",
                  "warp_error": "flow-warping error (0-255)",
@@ -439,7 +441,7 @@ def _judge_note(results: dict[str, Any]) -> str:
 def _skips_html(results: dict[str, Any]) -> str:
     items = []
     for label, s in results.get("sampson", {}).items():
-        for kind in ("temporal", "crossview"):
+        for kind in KINDS:
             k = s.get(kind)
             if k and k.get("pairs_skipped"):
                 items.append(f"<li>{html.escape(label)}, {kind}: {k['pairs_skipped']} of {k['pairs'] + k['pairs_skipped']} "

@@ -22,6 +22,10 @@ the epipolar constraint. What makes the number mean something is *which* F and *
   Temporal pairs of fixed cameras are not scored: without a baseline F is undefined.
 - **selffit** (`geometry = "selffit"`, or no reference could be had): fixed pairs too are scored
   by a cross-fitted F pooled over the clip. Labelled as such in every output.
+- **cross-view, what moves** (`crossview_dynamic`, beside the whole-frame figure of each fixed
+  pair with a reference F): the Sampson distance of the epipolar tangent points of the moving
+  silhouettes of the two views (worldtune.eval.silhouettes). The whole-frame figure mostly reads
+  the static background; this one reads where the arm and what it carries are in each view.
 
 Camera-fixed pixels (the gripper in a wrist view) are masked out of every match (from the real
 clip, or boxes per role in the config). Pairs that cannot be scored are skipped and counted per
@@ -48,9 +52,10 @@ from worldtune.eval.epipolar import (FitSettings, cross_fitted_distances, distin
 from worldtune.eval.progress import map_processes
 from worldtune.eval.rig import (PairReference, Reference, boxes_mask, camera_fixed_mask, estimate_pair_reference,
                                pair_key)
+from worldtune.eval.silhouettes import silhouette_tangency
 
 GEOMETRIES = ("auto", "calibrated", "reference", "selffit")
-KINDS = ("temporal", "crossview")
+KINDS = ("temporal", "crossview", "crossview_dynamic")
 SCALES = (0.5, 1.0)  # SIFT detection scales measure_scale chooses from
 
 
@@ -80,6 +85,7 @@ class SampsonConfig:
     max_disagreement: float = 1.0  # reference from the real clip: fits on disjoint frames at most this far apart, px
     min_agreement: float = 0.5  # a reference is used only when the real clip scores under it on this share of frames
     crossview: bool = True
+    crossview_dynamic: bool = True  # fixed pairs with a reference F: tangency of the moving silhouettes
     temporal: bool = True
 
     @property
@@ -98,6 +104,7 @@ class SeriesScore:
     skipped: dict[str, int] = field(default_factory=dict)
     mode: str = "selffit"  # calibrated | reference | selffit: where F came from
     inlier_fractions: list[float] = field(default_factory=list)  # reference scoring: share within the gate
+    dropped: dict[str, int] = field(default_factory=dict)  # parts of scored pairs left out (a cut tangent), per reason
 
     @property
     def evaluated(self) -> int:
@@ -131,6 +138,8 @@ class SeriesScore:
                "pairs": self.evaluated, "skipped": self.n_skipped, "skip_reasons": dict(self.skipped)}
         if self.inlier_fractions:
             out["inlier_fraction"] = float(np.mean(self.inlier_fractions))
+        if self.dropped:
+            out["dropped"] = dict(self.dropped)
         return out
 
 
@@ -145,6 +154,8 @@ def merge_series(name: str, series: Iterable[SeriesScore]) -> SeriesScore:
         out.inlier_fractions += s.inlier_fractions
         for k, v in s.skipped.items():
             out.skip(k, v)
+        for k, v in s.dropped.items():
+            out.dropped[k] = out.dropped.get(k, 0) + v
     return out
 
 
@@ -155,6 +166,7 @@ class VideoScore:
     key: str
     temporal: dict[str, SeriesScore] = field(default_factory=dict)
     crossview: dict[str, SeriesScore] = field(default_factory=dict)
+    crossview_dynamic: dict[str, SeriesScore] = field(default_factory=dict)  # fixed pairs: what moves
     status: str = "ok"  # "ok" or "skipped: <reason>"
     num_frames: int = 0
     notes: dict[str, str] = field(default_factory=dict)  # what was not scored on purpose, and why
@@ -410,6 +422,22 @@ class SampsonError:
             out.inlier_fractions.append(len(near) / len(d))
         return out
 
+    def crossview_dynamic(self, frames_a: np.ndarray, frames_b: np.ndarray, F: np.ndarray, mode: str,
+                          name: str = "a|b") -> SeriesScore:
+        """The moving silhouettes' epipolar tangent points measured under the rig's F, frame by frame.
+
+        No appearance matching: each view's moving pixels against its own static background, the
+        two tangents from the epipole, the Sampson distance of each tangent point with its
+        counterpart (worldtune.eval.silhouettes). Frames without a usable tangent are skipped and
+        counted per reason; a tangent cut by the image border is dropped and counted.
+        """
+        out = SeriesScore(name, mode=mode)
+        for f in silhouette_tangency(frames_a, frames_b, F, list(self._frames(min(len(frames_a), len(frames_b))))):
+            out.skip(f.reason) if f.reason else out.add(f.distances)  # type: ignore[func-returns-value]
+            for r in f.dropped:
+                out.dropped[r] = out.dropped.get(r, 0) + 1
+        return out
+
     def crossview_selffit(self, fa: Sequence[Features], fb: Sequence[Features], pooled: bool, matcher: SiftMatcher,
                           size_a: tuple[int, int], size_b: tuple[int, int], name: str = "a|b") -> SeriesScore:
         """Guarded, cross-fitted F: one per frame (a moving view), or pooled over the clip (fixed pair)."""
@@ -466,23 +494,39 @@ class SampsonError:
             score.detect_scale = scale
             matcher = self.matcher(scale)
             feats = {role: self.features(frames, masks.get(role), scale=scale) for role, frames in views.items()}
-            for a, b in combinations(sorted(views), 2):
-                name = f"{a}|{b}"
-                fixed = a not in moving and b not in moving
-                pair = ref.pairs.get(pair_key(a, b)) if ref is not None else None
-                if fixed and self.cfg.geometry != "selffit" and pair is not None and pair.F is not None:
+        for a, b in combinations(sorted(views), 2):
+            name = f"{a}|{b}"
+            fixed = a not in moving and b not in moving
+            pair = ref.pairs.get(pair_key(a, b)) if ref is not None else None
+            has_F = fixed and self.cfg.geometry != "selffit" and pair is not None and pair.F is not None
+            if self.cfg.crossview:
+                if has_F:
                     score.crossview[name] = self.crossview_reference(feats[a], feats[b], pair.F, matcher, pair.mode, name)
                 elif fixed and (self.cfg.geometry in ("calibrated", "reference") or (pair is not None and pair.reason)):
                     # a reference that could not be had or failed its proof is never replaced by a self-fit
-                    s = SeriesScore(name, mode=self.cfg.geometry if pair is None else pair.mode)
-                    s.skip("no_reference", len(self._frames(score.num_frames)))
-                    score.crossview[name] = s
-                    score.notes[f"crossview:{name}"] = (pair.reason if pair is not None and pair.reason else
-                                                        "no reference geometry for this pair")
+                    score.crossview[name] = self._no_reference(name, pair, score)
                 else:
                     score.crossview[name] = self.crossview_selffit(feats[a], feats[b], fixed, matcher,
                                                                    sizes[a], sizes[b], name)  # type: ignore[arg-type]
+            if self.cfg.crossview_dynamic:
+                if has_F:
+                    score.crossview_dynamic[name] = self.crossview_dynamic(views[a], views[b], pair.F, pair.mode, name)
+                elif fixed and self.cfg.geometry != "selffit":
+                    score.crossview_dynamic[name] = self._no_reference(name, pair, score, "crossview_dynamic")
+                else:
+                    score.notes[f"crossview_dynamic:{name}"] = (
+                        "a moving camera: no fixed F to hold its silhouettes to, not scored" if not fixed else
+                        "geometry = selffit: the dynamic figure needs the rig's F, not scored")
         return score
+
+    def _no_reference(self, name: str, pair: PairReference | None, score: VideoScore,
+                      kind: str = "crossview") -> SeriesScore:
+        """A fixed pair without the rig's F: every frame skipped as `no_reference`, the reason noted under `kind`."""
+        s = SeriesScore(name, mode=self.cfg.geometry if pair is None else pair.mode)
+        s.skip("no_reference", len(self._frames(score.num_frames)))
+        score.notes[f"{kind}:{name}"] = (pair.reason if pair is not None and pair.reason else
+                                         "no reference geometry for this pair")
+        return s
 
     def score_source(self, source: "VideoSource", reference: Reference | None = None) -> VideoScore:
         """Load a source (grid, per-view files or a plain video) and score it; bad files are skips."""
@@ -598,7 +642,7 @@ def sources_from_paths(paths: Sequence[str | Path], layout: Mapping[str, Any] | 
 def summarize(scores: Sequence[VideoScore]) -> dict[str, Any]:
     """Across-video statistics of each video's median, plus skip counts, per kind."""
     out: dict[str, Any] = {"videos": len(scores), "videos_skipped": sum(not s.ok for s in scores)}
-    for kind in ("temporal", "crossview"):
+    for kind in KINDS:
         ok = [s for s in scores if s.ok and getattr(s, kind)]
         merged = [s.overall(kind) for s in ok]
         reasons: Counter[str] = Counter()
