@@ -124,7 +124,8 @@ def droid(frames: int = 32) -> dict:
         m = metric if scale == "auto" else SampsonError(SampsonConfig(detect_scale=scale))
         s = getattr(m.score_views({a: views[a], b: views[b]}, reference=ref), kind)[key]
         return {"median_px": None if s.evaluated == 0 else round(s.median, 3), "frames_scored": s.evaluated,
-                **({"skip_reasons": s.skipped, "dropped": s.dropped} if kind == "crossview_dynamic" else {})}
+                **({"skip_reasons": s.skipped, "dropped": s.dropped} if kind == "crossview_dynamic" else
+                   {"fallback_frames": s.fallback})}
 
     for scale in ("auto", 0.5):
         out[f"narrow_scale_{scale}"] = {"av1": pair(av1, scale=scale), "h264": pair(h264, scale=scale)}
@@ -223,6 +224,7 @@ def main() -> None:
               "load_average_1min": round(os.getloadavg()[0], 2),
               "reference_seconds_per_input": round(t_ref / args.inputs, 2),
               "temporal_median_px": s["temporal"]["median"], "crossview_median_px": s["crossview"]["median"],
+              "crossview_fallback_frames": s["crossview"].get("fallback_frames"),
               "pairs": s["temporal"]["pairs"] + s["crossview"]["pairs"],
               "skipped": s["temporal"]["pairs_skipped"] + s["crossview"]["pairs_skipped"]}
     table = Table(title=f"Sampson error, {args.frames}-frame 3-camera clips (180x320 views), hard scene")
