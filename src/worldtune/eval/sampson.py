@@ -78,7 +78,8 @@ class SampsonConfig:
     gate: float = 6.0  # reference scoring: matches farther (px) are wrong matches, counted not averaged
     min_support: int = 6  # reference scoring: fewer matches agreeing with it -> pair skipped
     window: int = 2  # reference scoring: frame t pools the matches of frames t-window..t+window
-    fallback_contrast: float | None = 0.02  # reference scoring: a frame short of agreeing matches is detected again at this SIFT contrast threshold (None: never)
+    # reference scoring: a frame short of agreeing matches is detected again at this SIFT contrast threshold (None: never)
+    fallback_contrast: float | None = 0.02
     min_motion: float = 0.5  # temporal: median track displacement (px) below this = static camera, skipped
     frame_gap: int = 1  # temporal: frame t vs t + gap
     frame_step: int = 1  # evaluate every k-th frame (pair)
@@ -445,7 +446,8 @@ class SampsonError:
 
     def _agreeing(self, matches: Mapping[int, tuple[np.ndarray, np.ndarray]], t: int, steps: Sequence[int],
                   F: np.ndarray) -> tuple[np.ndarray, int]:
-        """Sampson distances of frame t's pooled distinct matches that agree with F (wrong ones trimmed), and how many distinct matches there were."""
+        """Sampson distances of frame t's pooled distinct matches that agree with F (wrong ones trimmed),
+        and how many distinct matches there were: the skip reason tells the two shortfalls apart."""
         near_t = [matches[u] for u in self._pooled(t, steps)]
         x0 = np.concatenate([m[0] for m in near_t])
         x1 = np.concatenate([m[1] for m in near_t])
@@ -455,7 +457,7 @@ class SampsonError:
 
     def fallback(self, views: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray],
                  scale: float) -> "dict[str, LazyFeatures] | None":
-        """Per view, the lower-contrast detection reference scoring falls back on (each frame detected on first use); None when off.
+        """Per view, the lower-contrast detection reference scoring falls back on, or None when off.
 
         Only a frame with too few matches agreeing with the rig asks for it, so a clip whose matches
         suffice costs nothing more and reads exactly as without it.
