@@ -418,7 +418,7 @@ class SampsonError:
         `fallback` detection of both views (a lower SIFT contrast threshold: fine texture a codec
         smoothed keeps a few more keypoints), under the same gate and rule; the series counts the
         frames it scored (`fallback_frames`). A frame it cannot score either is skipped with the
-        reason of that last try (`matches_off_reference` once it has enough matches, none agreeing).
+        reason of that last try (`matches_off_reference` once it has enough matches, too few agreeing).
         """
         out = SeriesScore(name, mode=mode, fallback=None if fallback is None else 0)
         steps = list(self._frames(min(len(fa), len(fb))))
