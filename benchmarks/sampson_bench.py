@@ -124,7 +124,8 @@ def droid(frames: int = 32) -> dict:
         m = metric if scale == "auto" else SampsonError(SampsonConfig(detect_scale=scale))
         s = getattr(m.score_views({a: views[a], b: views[b]}, reference=ref), kind)[key]
         return {"median_px": None if s.evaluated == 0 else round(s.median, 3), "frames_scored": s.evaluated,
-                **({"skip_reasons": s.skipped, "dropped": s.dropped} if kind == "crossview_dynamic" else {})}
+                **({"skip_reasons": s.skipped, "dropped": s.dropped} if kind == "crossview_dynamic" else
+                   {"fallback_frames": s.fallback})}
 
     for scale in ("auto", 0.5):
         out[f"narrow_scale_{scale}"] = {"av1": pair(av1, scale=scale), "h264": pair(h264, scale=scale)}
@@ -132,10 +133,12 @@ def droid(frames: int = 32) -> dict:
     line = F.T @ np.array([(W - 1) / 2, (H - 1) / 2, 1.0])
     n = line[:2] / np.linalg.norm(line[:2])
     signs = np.random.default_rng(0).choice([-1.0, 1.0], frames)
-    out["narrow_jitter"] = {d: pair(dict(av1, ext_b=encode(np.stack([ep.render_view("ext_b", i, tuple(d * signs[i] * n))
-                                                                      for i in range(frames)]))))["median_px"] for d in (1, 2, 4)}
+    shifted = {d: np.stack([ep.render_view("ext_b", i, tuple(d * signs[i] * n)) for i in range(frames)]) for d in (1, 2, 4)}
+    out["narrow_jitter"] = {d: pair(dict(av1, ext_b=encode(v)))["median_px"] for d, v in shifted.items()}
+    out["narrow_jitter_h264"] = {d: pair(dict(h264, ext_b=encode(v, "h264"))) for d, v in shifted.items()}
     out["narrow_other_episode"] = pair(dict(av1, ext_b=encode(other.views(("ext_b",))["ext_b"])))
     out["wide"] = pair(av1, WIDE)
+    out["fallback_cost"] = fallback_cost(ep, h264, calibrated)
     # the figure on what moves (silhouette tangency): true frames, another episode's view, only the arm moved
     oth = {r: encode(v) for r, v in other.views(FIXED).items()}
     dyn = lambda views, key=NARROW: pair(views, key, kind="crossview_dynamic")  # noqa: E731
@@ -157,6 +160,26 @@ def droid(frames: int = 32) -> dict:
         e = DroidEpisode(0, frames, v)
         within, scored, moving = _wrist_agreement(metric, e, encode(e.views(("wrist",))["wrist"]))
         out[f"wrist_{speed}"] = {"within_0.3px_of_truth": round(within, 3), "scored": round(scored, 3), "moving_pairs": moving}
+    return out
+
+
+def fallback_cost(ep, views: dict, calibrated) -> dict:
+    """CPU seconds to score the 30° pair's 32 H.264 frames (whole-frame figure, full size), with and without
+    the lower-contrast second detection, under the true F (20 frames ask for it) and a wrong one (all do)."""
+    from tests.eval.droid_scene import FIXED, NARROW
+    from worldtune.eval.sampson import SampsonConfig, SampsonError
+
+    pair = {r: views[r] for r in NARROW.split("|")}
+    out: dict = {}
+    for label, contrast in (("with", 0.02), ("without", None)):
+        metric = SampsonError(SampsonConfig(fallback_contrast=contrast, crossview_dynamic=False, detect_scale=1.0))
+        for geometry, wrong in (("true_F", False), ("wrong_F", True)):
+            ref = calibrated(ep, FIXED, wrong=wrong)
+            metric.score_views(pair, reference=ref)  # OpenCV's first call pays its start-up
+            t = time.process_time()
+            s = metric.score_views(pair, reference=ref).crossview[NARROW]
+            out[f"{label}_{geometry}"] = {"cpu_s": round(time.process_time() - t, 2), "frames_scored": s.evaluated,
+                                          "fallback_frames": s.fallback}
     return out
 
 
@@ -223,6 +246,7 @@ def main() -> None:
               "load_average_1min": round(os.getloadavg()[0], 2),
               "reference_seconds_per_input": round(t_ref / args.inputs, 2),
               "temporal_median_px": s["temporal"]["median"], "crossview_median_px": s["crossview"]["median"],
+              "crossview_fallback_frames": s["crossview"].get("fallback_frames"),
               "pairs": s["temporal"]["pairs"] + s["crossview"]["pairs"],
               "skipped": s["temporal"]["pairs_skipped"] + s["crossview"]["pairs_skipped"]}
     table = Table(title=f"Sampson error, {args.frames}-frame 3-camera clips (180x320 views), hard scene")

@@ -15,7 +15,7 @@ from tests.eval.droid_scene import FIXED, H, NARROW, W, WIDE, DroidEpisode, angl
 from worldtune.eval.correspondences import track
 from worldtune.eval.epipolar import sampson_distance
 from worldtune.eval.rig import PairReference, Reference
-from worldtune.eval.sampson import SampsonConfig, SampsonError
+from worldtune.eval.sampson import SampsonConfig, SampsonError, summarize
 
 FRAMES = 32
 SLOW, FAST = 0.003, 0.012  # gripper speed, m/frame
@@ -50,8 +50,8 @@ def test_the_rig_has_a_narrow_and_a_wide_pair():
 
 
 def test_droid_size_views_true_frames_encodes_and_shifts(droid):
-    """Real frames under calibration: < 0.5 px on >= 70 % of frames, two encodes within 0.3 px, a
-    per-frame shift of d px across the epipolar lines raises the value by >= d/2, monotonically."""
+    """Real frames under calibration (AV1): < 0.5 px on >= 70 % of frames, a per-frame shift of d px
+    across the epipolar lines raises the value by >= d/2, monotonically. H.264: the next test."""
     ep, av1 = droid["ep"], droid["av1"]
     metric = SampsonError()
     ref = metric.reference(av1, "ep0", base=calibrated(ep))
@@ -59,9 +59,6 @@ def test_droid_size_views_true_frames_encodes_and_shifts(droid):
     true = pair(av1)
     assert true.mode == "calibrated"
     assert true.median < 0.5 and true.evaluated >= 0.7 * FRAMES, true.summary()
-    h264 = pair(droid["h264"])
-    # H.264 (CRF 23, veryfast) keeps fewer matches than AV1 here: fewer frames, the same value
-    assert h264.evaluated >= 0.3 * FRAMES and abs(h264.median - true.median) < 0.3, (true.summary(), h264.summary())
     F = ep.F("ext_a", "ext_b")
     line = F.T @ np.array([(W - 1) / 2, (H - 1) / 2, 1.0])
     n = line[:2] / np.linalg.norm(line[:2])  # across the epipolar lines in ext_b
@@ -72,6 +69,30 @@ def test_droid_size_views_true_frames_encodes_and_shifts(droid):
         values.append(pair(dict(av1, ext_b=shifted)).median)
     assert all(v - true.median >= d / 2 for v, d in zip(values, (1, 2, 4))), (true.median, values)
     assert values == sorted(values), values
+
+
+def test_h264_true_frames_are_scored_like_av1_and_wrong_geometry_still_fails(droid):
+    """The 30° pair through H.264 (CRF 23): < 0.5 px on >= 70 % of frames, within 0.3 px of the AV1
+    encode of the same frames. H.264 smooths the fine wallpaper, so at SIFT's default contrast most
+    frames keep too few matches that agree with the rig; those frames are detected again at a lower
+    contrast, and the count of such frames is reported. The gate still holds: under a wrong F
+    (another pair's) the same frames are not read as consistent."""
+    ep = droid["ep"]
+    metric = SampsonError()
+    ref = metric.reference(droid["av1"], "ep0", base=calibrated(ep))
+    pair = lambda views, r=ref: metric.score_views({k: views[k] for k in ("ext_a", "ext_b")}, reference=r).crossview[NARROW]  # noqa: E731
+    av1, h264 = pair(droid["av1"]), pair(droid["h264"])
+    assert h264.mode == "calibrated" and h264.evaluated + h264.n_skipped == FRAMES, h264.summary()
+    assert h264.median < 0.5 and h264.evaluated >= 0.7 * FRAMES, h264.summary()
+    assert abs(h264.median - av1.median) < 0.3, (av1.summary(), h264.summary())  # two encodes of the same frames
+    # AV1 keeps enough matches at the default contrast; H.264 needs the second detection on some frames,
+    # and says so per video and across videos
+    assert av1.summary()["fallback_frames"] == 0, av1.summary()
+    assert 0 < h264.summary()["fallback_frames"] <= h264.evaluated, h264.summary()
+    video = metric.score_views({k: droid["h264"][k] for k in ("ext_a", "ext_b")}, reference=ref)
+    assert summarize([video])["crossview"]["fallback_frames"] == h264.fallback
+    wrong = pair(droid["h264"], calibrated(ep, wrong=True))  # scored straight under a wrong F, no proof first
+    assert wrong.evaluated == 0 or wrong.median >= 1.0, wrong.summary()
 
 
 def test_detection_scale_is_measured_and_reported(droid):
@@ -164,7 +185,7 @@ def test_another_episodes_view_is_read_only_where_the_rig_differs(droid):
 
 
 def test_wide_low_texture_pair_is_scored_only_where_it_can_be(droid):
-    """>= 75° apart over a plain table: SIFT finds correct matches on few frames. Those frames are
+    """>= 75° apart over a plain table: SIFT finds correct matches on part of the frames. Those frames are
     scored (small on true frames); the others are skipped and counted, never filled by a self-fit."""
     ep, av1 = droid["ep"], droid["av1"]
     metric = SampsonError()
@@ -219,7 +240,7 @@ def test_dynamic_figure_rises_with_a_shift_of_what_moves(droid):
 
 
 def test_dynamic_figure_on_the_wide_pair(droid):
-    """78° apart over a plain table, where the whole-frame figure scores 4 of 32 frames: silhouettes need
+    """78° apart over a plain table, where the whole-frame figure scores half the frames or fewer: silhouettes need
     no matches, so the dynamic figure scores most frames, low on the true ones, and high on another
     episode's view of the same camera."""
     ep, av1 = droid["ep"], droid["av1"]

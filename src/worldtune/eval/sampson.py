@@ -11,7 +11,9 @@ the epipolar constraint. What makes the number mean something is *which* F and *
   (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
   averaged, and the frame's value is the median over the rest; a frame with fewer than
-  `min_support` of them is skipped. Nothing is fitted to the video, so nothing absorbs its error:
+  `min_support` of them is skipped, unless SIFT at a lower contrast threshold finds enough on it
+  (`fallback_contrast`: detected again only for such frames, and counted as `fallback_frames`; the
+  gate and the skip rule are the same). Nothing is fitted to the video, so nothing absorbs its error:
   a view shifted by d px across the epipolar lines reads about d/√2 more (the Sampson distance
   splits an error made in one view between both; along the lines nothing is seen).
 - **cross-view with a moving camera, and temporal** (frame t vs t+gap of a moving view): no
@@ -57,6 +59,8 @@ from worldtune.eval.silhouettes import silhouette_tangency
 GEOMETRIES = ("auto", "calibrated", "reference", "selffit")
 KINDS = ("temporal", "crossview", "crossview_dynamic")
 SCALES = (0.5, 1.0)  # SIFT detection scales measure_scale chooses from
+CONTRAST = 0.04  # SIFT's default contrast threshold: what scoring detects at
+REFERENCE_CONTRAST = 0.02  # what the reference, built once per input, detects at
 
 
 # ------------------------------------------------------------------------------------- settings
@@ -74,6 +78,8 @@ class SampsonConfig:
     gate: float = 6.0  # reference scoring: matches farther (px) are wrong matches, counted not averaged
     min_support: int = 6  # reference scoring: fewer matches agreeing with it -> pair skipped
     window: int = 2  # reference scoring: frame t pools the matches of frames t-window..t+window
+    # reference scoring: a frame short of agreeing matches is detected again at this SIFT contrast threshold (None: never)
+    fallback_contrast: float | None = 0.02
     min_motion: float = 0.5  # temporal: median track displacement (px) below this = static camera, skipped
     frame_gap: int = 1  # temporal: frame t vs t + gap
     frame_step: int = 1  # evaluate every k-th frame (pair)
@@ -105,6 +111,7 @@ class SeriesScore:
     mode: str = "selffit"  # calibrated | reference | selffit: where F came from
     inlier_fractions: list[float] = field(default_factory=list)  # reference scoring: share within the gate
     dropped: dict[str, int] = field(default_factory=dict)  # parts of scored pairs left out (a cut tangent), per reason
+    fallback: int | None = None  # reference scoring: frames scored on the lower-contrast detection (None: no such step)
 
     @property
     def evaluated(self) -> int:
@@ -140,6 +147,8 @@ class SeriesScore:
             out["inlier_fraction"] = float(np.mean(self.inlier_fractions))
         if self.dropped:
             out["dropped"] = dict(self.dropped)
+        if self.fallback is not None:
+            out["fallback_frames"] = self.fallback
         return out
 
 
@@ -156,6 +165,8 @@ def merge_series(name: str, series: Iterable[SeriesScore]) -> SeriesScore:
             out.skip(k, v)
         for k, v in s.dropped.items():
             out.dropped[k] = out.dropped.get(k, 0) + v
+        if s.fallback is not None:
+            out.fallback = (out.fallback or 0) + s.fallback
     return out
 
 
@@ -240,11 +251,10 @@ class SampsonError:
         self._matchers: dict[tuple[float, float], SiftMatcher] = {}
 
     # -- building blocks
-    def matcher(self, scale: float = 1.0, reference: bool = False) -> SiftMatcher:
-        """SIFT at `scale` for scoring. The reference is built once per input and wants every correct
-        match a plain table offers: full size, half SIFT's default contrast threshold."""
-        scale = 1.0 if reference else scale
-        contrast = 0.02 if reference else 0.04
+    def matcher(self, scale: float = 1.0, reference: bool = False, contrast: float = CONTRAST) -> SiftMatcher:
+        """SIFT at `scale` and `contrast` for scoring. The reference is built once per input and wants
+        every correct match a plain table offers: full size, half SIFT's default contrast threshold."""
+        scale, contrast = (1.0, REFERENCE_CONTRAST) if reference else (scale, contrast)
         if (scale, contrast) not in self._matchers:
             self._matchers[scale, contrast] = SiftMatcher(self.cfg.max_features, self.cfg.ratio, scale, contrast)
         return self._matchers[scale, contrast]
@@ -397,30 +407,66 @@ class SampsonError:
         return out
 
     def crossview_reference(self, fa: Sequence[Features], fb: Sequence[Features], F: np.ndarray, matcher: SiftMatcher,
-                            mode: str, name: str = "a|b") -> SeriesScore:
+                            mode: str, name: str = "a|b",
+                            fallback: "tuple[LazyFeatures, LazyFeatures] | None" = None) -> SeriesScore:
         """Each frame's matches measured under the rig's F; wrong matches trimmed and counted.
 
         A frame is scored on the distinct matches of the frames within ±`window` of it: F is the
         rig's and fixed, so neighbouring frames are more samples of the same constraint, and a
         wide-baseline pair over a plain table rarely has enough correct matches in one frame.
+        A frame left with fewer than `min_support` agreeing matches is tried once more on the
+        `fallback` detection of both views (a lower SIFT contrast threshold: fine texture a codec
+        smoothed keeps a few more keypoints), under the same gate and rule; the series counts the
+        frames it scored (`fallback_frames`). A frame it cannot score either is skipped with the
+        reason of that last try (`matches_off_reference` once it has enough matches, too few agreeing).
         """
-        out = SeriesScore(name, mode=mode)
+        out = SeriesScore(name, mode=mode, fallback=None if fallback is None else 0)
         steps = list(self._frames(min(len(fa), len(fb))))
         per = {t: matcher.match(fa[t], fb[t]) for t in steps}
-        w = self.cfg.window * self.cfg.frame_step
+        low: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fallback matches, made only where needed
         for t in steps:
-            near_t = [per[u] for u in steps if abs(u - t) <= w]
-            x0 = np.concatenate([m[0] for m in near_t])
-            x1 = np.concatenate([m[1] for m in near_t])
-            keep = distinct(x0, x1)
-            d = sampson_distance(F, x0[keep], x1[keep])
-            near = trimmed(d, self.cfg.gate, self.cfg.min_support)
+            near, n = self._agreeing(per, t, steps, F)
+            if len(near) < self.cfg.min_support and fallback is not None:
+                for u in self._pooled(t, steps):
+                    if u not in low:
+                        low[u] = fallback[0].matcher.match(fallback[0][u], fallback[1][u])
+                near, n = self._agreeing(low, t, steps, F)
+                out.fallback += len(near) >= self.cfg.min_support  # type: ignore[operator]
             if len(near) < self.cfg.min_support:
-                out.skip("too_few_matches" if len(d) < self.cfg.min_support else "matches_off_reference")
+                out.skip("too_few_matches" if n < self.cfg.min_support else "matches_off_reference")
                 continue
             out.add(near)
-            out.inlier_fractions.append(len(near) / len(d))
+            out.inlier_fractions.append(len(near) / n)
         return out
+
+    def _pooled(self, t: int, steps: Sequence[int]) -> list[int]:
+        """The scored frames within ±`window` of frame t: those whose matches frame t is scored on."""
+        w = self.cfg.window * self.cfg.frame_step
+        return [u for u in steps if abs(u - t) <= w]
+
+    def _agreeing(self, matches: Mapping[int, tuple[np.ndarray, np.ndarray]], t: int, steps: Sequence[int],
+                  F: np.ndarray) -> tuple[np.ndarray, int]:
+        """Sampson distances of frame t's pooled distinct matches that agree with F (wrong ones trimmed),
+        and how many distinct matches there were: the skip reason tells the two shortfalls apart."""
+        near_t = [matches[u] for u in self._pooled(t, steps)]
+        x0 = np.concatenate([m[0] for m in near_t])
+        x1 = np.concatenate([m[1] for m in near_t])
+        keep = distinct(x0, x1)
+        d = sampson_distance(F, x0[keep], x1[keep])
+        return trimmed(d, self.cfg.gate, self.cfg.min_support), len(d)
+
+    def fallback(self, views: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray],
+                 scale: float) -> "dict[str, LazyFeatures] | None":
+        """Per view, the lower-contrast detection reference scoring falls back on, or None when off.
+
+        Only a frame with too few matches agreeing with the rig asks for it, so a clip whose matches
+        suffice costs nothing more and reads exactly as without it.
+        """
+        contrast = self.cfg.fallback_contrast
+        if contrast is None or contrast >= CONTRAST:
+            return None
+        matcher = self.matcher(scale, contrast=contrast)
+        return {role: LazyFeatures(frames, masks.get(role), matcher) for role, frames in views.items()}
 
     def crossview_dynamic(self, frames_a: np.ndarray, frames_b: np.ndarray, F: np.ndarray, mode: str,
                           name: str = "a|b") -> SeriesScore:
@@ -494,6 +540,7 @@ class SampsonError:
             score.detect_scale = scale
             matcher = self.matcher(scale)
             feats = {role: self.features(frames, masks.get(role), scale=scale) for role, frames in views.items()}
+            low = self.fallback(views, masks, scale)
         for a, b in combinations(sorted(views), 2):
             name = f"{a}|{b}"
             fixed = a not in moving and b not in moving
@@ -501,7 +548,8 @@ class SampsonError:
             has_F = fixed and self.cfg.geometry != "selffit" and pair is not None and pair.F is not None
             if self.cfg.crossview:
                 if has_F:
-                    score.crossview[name] = self.crossview_reference(feats[a], feats[b], pair.F, matcher, pair.mode, name)
+                    score.crossview[name] = self.crossview_reference(feats[a], feats[b], pair.F, matcher, pair.mode, name,
+                                                                     (low[a], low[b]) if low is not None else None)
                 elif fixed and (self.cfg.geometry in ("calibrated", "reference") or (pair is not None and pair.reason)):
                     # a reference that could not be had or failed its proof is never replaced by a self-fit
                     score.crossview[name] = self._no_reference(name, pair, score)
@@ -566,6 +614,20 @@ class SampsonError:
         """References of many real clips (once per input, before the generated videos are scored)."""
         return map_processes(_reference_one, [(self.cfg, s, b) for s, b in zip(sources, bases)], workers,
                              "rig reference", progress)
+
+
+class LazyFeatures:
+    """SIFT of one view's frames, each detected on first use and kept: the fallback detection runs
+    only on the frames a short frame pools, and once however many pairs share the view."""
+
+    def __init__(self, frames: np.ndarray, mask: np.ndarray | None, matcher: SiftMatcher) -> None:
+        self.frames, self.mask, self.matcher = frames, mask, matcher
+        self._done: dict[int, Features] = {}
+
+    def __getitem__(self, t: int) -> Features:
+        if t not in self._done:
+            self._done[t] = self.matcher.detect(self.frames[t], self.mask)
+        return self._done[t]
 
 
 def trimmed(d: np.ndarray, gate: float, min_support: int) -> np.ndarray:
@@ -640,7 +702,8 @@ def sources_from_paths(paths: Sequence[str | Path], layout: Mapping[str, Any] | 
 
 
 def summarize(scores: Sequence[VideoScore]) -> dict[str, Any]:
-    """Across-video statistics of each video's median, plus skip counts, per kind."""
+    """Across-video statistics of each video's median, plus skip counts (and, for reference scoring, the
+    frames scored on the lower-contrast fallback detection), per kind."""
     out: dict[str, Any] = {"videos": len(scores), "videos_skipped": sum(not s.ok for s in scores)}
     for kind in KINDS:
         ok = [s for s in scores if s.ok and getattr(s, kind)]
@@ -651,6 +714,8 @@ def summarize(scores: Sequence[VideoScore]) -> dict[str, Any]:
         out[kind] = {**across_videos([m.median for m in merged]),
                      "pairs": sum(m.evaluated for m in merged), "pairs_skipped": sum(reasons.values()),
                      "skip_reasons": dict(reasons)}
+        if any(m.fallback is not None for m in merged):  # reference scoring: pairs scored on the second detection
+            out[kind]["fallback_frames"] = sum(m.fallback or 0 for m in merged)
     return out
 
 
