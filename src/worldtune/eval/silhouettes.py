@@ -60,15 +60,17 @@ def moving_mask(frame: np.ndarray, static: np.ndarray, s: SilhouetteSettings = S
     """
     import cv2
 
-    diff = np.abs(frame.astype(np.float32) - static).max(axis=2)
+    diff = np.abs(frame.astype(np.float32) - static)
+    diff = np.maximum(np.maximum(diff[..., 0], diff[..., 1]), diff[..., 2])  # = max(axis=2), a tenth of its time
     diff = cv2.GaussianBlur(diff, (3, 3), 0.8)
     noise = 1.4826 * float(np.median(diff))  # most pixels are static: the median is the noise floor
     m = (diff > max(s.threshold, s.noise_factor * noise)).astype(np.uint8)
     m = cv2.morphologyEx(m, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
     m = cv2.morphologyEx(m, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
     _, labels, stats, _ = cv2.connectedComponentsWithStats(m)
-    big = np.flatnonzero(stats[:, cv2.CC_STAT_AREA] >= s.min_area * m.size)
-    return np.isin(labels, big[big > 0])
+    keep = stats[:, cv2.CC_STAT_AREA] >= s.min_area * m.size  # per label
+    keep[0] = False  # the background
+    return keep[labels]
 
 
 # ----------------------------------------------------------------------------------------- tangents
