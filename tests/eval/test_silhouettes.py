@@ -61,8 +61,9 @@ def _moving_mask_plain(frame, static, s):
     return np.isin(labels, big[big > 0])
 
 
-def test_moving_mask_is_the_plain_computation():
-    """Textured background with noise, a large and a tiny moving blob: the same pixels as the plain code."""
+def test_background_and_moving_mask_are_the_plain_computations():
+    """Textured background with noise, a large and a tiny moving blob: the median np.median gives, and the
+    same moving pixels as the plain code, at the absolute level and at the noise-driven one."""
     from worldtune.eval.silhouettes import SilhouetteSettings, background, moving_mask
 
     rng = np.random.default_rng(0)
@@ -75,6 +76,8 @@ def test_moving_mask_is_the_plain_computation():
         frames.append(np.clip(f, 0, 255).astype(np.uint8))
     frames = np.stack(frames)
     static = background(frames)
+    for n in (1, 2, 8, 9):  # odd and even lengths: np.median's value, the mean of the two middle ones
+        assert np.array_equal(background(frames[:n]), np.median(frames[:n], axis=0).astype(np.float32))
     for s in (SilhouetteSettings(), SilhouetteSettings(threshold=5.0, min_area=0.0)):
         for f in frames:
             assert np.array_equal(moving_mask(f, static, s), _moving_mask_plain(f, static, s))

@@ -47,8 +47,16 @@ class SilhouetteSettings:
 
 # ------------------------------------------------------------------------------------ moving pixels
 def background(frames: np.ndarray) -> np.ndarray:
-    """The static background of a fixed view: its per-pixel temporal median (what is there most of the time)."""
-    return np.median(frames, axis=0).astype(np.float32)
+    """The static background of a fixed view: its per-pixel temporal median (what is there most of the time).
+
+    Bytes are sorted over time as 16-bit integers (numpy sorts those with vector instructions: half the time
+    of np.median's selection among bytes); the middle values, averaged as np.median does, are its result.
+    """
+    n = len(frames)
+    if frames.dtype != np.uint8 or n == 0:
+        return np.median(frames, axis=0).astype(np.float32)
+    ordered = np.sort(frames.astype(np.uint16), axis=0)
+    return ((ordered[(n - 1) // 2].astype(np.float64) + ordered[n // 2]) / 2).astype(np.float32)
 
 
 def moving_mask(frame: np.ndarray, static: np.ndarray, s: SilhouetteSettings = SilhouetteSettings()) -> np.ndarray:
