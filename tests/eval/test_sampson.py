@@ -231,3 +231,24 @@ def test_video_read_gives_pyav_pixels(tmp_path):
     with av.open(str(path)) as c:
         plain = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
     assert np.array_equal(read_video(path)[0], plain)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_sift_keypoints_are_read_out_as_the_plain_loop_reads_them(scale):
+    """cv2.KeyPoint_convert gives the keypoints' coordinates a loop over KeyPoint.pt gives (float32 to float64)."""
+    import cv2
+
+    from worldtune.eval.correspondences import SiftMatcher, gray
+
+    a, _ = exterior_cams()
+    img = render(a)
+    m = SiftMatcher(scale=scale)
+    g = gray(img)
+    if scale != 1.0:
+        g = cv2.resize(g, (round(g.shape[1] * scale), round(g.shape[0] * scale)), interpolation=cv2.INTER_AREA)
+    kps, desc = m.detector.detectAndCompute(g, None)
+    plain = np.array([k.pt for k in kps], np.float64).reshape(-1, 2)
+    plain = plain if scale == 1.0 else (plain + 0.5) / scale - 0.5
+    f = m.detect(img)
+    assert len(plain) > 100 and np.array_equal(f.points, plain) and np.array_equal(f.descriptors, desc)
+    assert m.detect(np.full((180, 320, 3), 90, np.uint8)).points.shape == (0, 2)  # no keypoints
