@@ -162,3 +162,93 @@ def test_grid_and_separate_view_sources_agree(tmp_path):
     score = SampsonError().score_views(loaded_grid)
     assert set(score.crossview) == {"exterior_1|exterior_2", "exterior_1|wrist", "exterior_2|wrist"}
     assert score.overall("crossview").median < 1.0
+
+
+def _match_plain(m, a, b):
+    """SiftMatcher.match as first written: OpenCV's brute-force matcher both ways, Python loops."""
+    two = m.bf.knnMatch(a.descriptors, b.descriptors, k=2)
+    back = {x.queryIdx: x.trainIdx for x in m.bf.match(b.descriptors, a.descriptors)}
+    pairs = [(k[0].queryIdx, k[0].trainIdx) for k in two
+             if len(k) == 2 and k[0].distance < m.ratio * k[1].distance and back.get(k[0].trainIdx) == k[0].queryIdx]
+    if not pairs:
+        return np.empty((0, 2)), np.empty((0, 2))
+    ia, ib = np.array(pairs).T
+    return a.points[ia], b.points[ib]
+
+
+def test_sift_matching_is_the_brute_force_matchers_to_the_bit():
+    """One float32 distance matrix for both directions gives OpenCV's brute-force matches exactly:
+    two views, a warped view, an H.264 round trip, tied descriptors, and descriptors that are not
+    SIFT's whole numbers (those take the brute-force matcher itself)."""
+    import io
+
+    import av
+
+    from worldtune.eval.correspondences import Features, SiftMatcher, mutual_ratio
+    from worldtune.eval.video import encode_video
+
+    a, b = exterior_cams()
+    ia, ib = render(a), render(b)
+    with av.open(io.BytesIO(encode_video(np.stack([ia, ib]), 15))) as c:
+        ha, hb = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    m = SiftMatcher()
+    fa, fb, fw, fha, fhb = (m.detect(x) for x in (ia, ib, sine_warp(ib, 2.0, period=50), ha, hb))
+    tied = Features(np.concatenate([fb.points, fb.points[:20]]), np.concatenate([fb.descriptors, fb.descriptors[:20]]))
+    rng = np.random.default_rng(0)
+    blurred = Features(fb.points, fb.descriptors + rng.random(fb.descriptors.shape, np.float32))
+    blurred_a = Features(fa.points, fa.descriptors + rng.random(fa.descriptors.shape, np.float32))
+    cases = [(fa, fb), (fb, fa), (fa, fw), (fha, fhb), (fa, fa), (fa, tied), (tied, fa), (blurred_a, blurred)]
+    assert len(fa.points) > 100 and len(_match_plain(m, fa, fb)[0]) > 20
+    for x, y in cases:
+        fast, plain = m.match(x, y), _match_plain(m, x, y)
+        assert all(np.array_equal(u, v) for u, v in zip(fast, plain)), (len(fast[0]), len(plain[0]))
+    best, keep = mutual_ratio(fa.descriptors, tied.descriptors, m.ratio)
+    bf_best, bf_keep = m.mutual_ratio_bf(fa.descriptors, tied.descriptors)
+    assert np.array_equal(keep, bf_keep) and np.array_equal(best, bf_best)  # ties: the lower index, as OpenCV
+
+
+def test_distinct_is_the_plain_unique_of_rounded_rows():
+    """The packed 1-D unique keeps the same first row of each group as np.unique over the rows."""
+    from worldtune.eval.epipolar import distinct
+
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 300):
+        for spread in (5.0, 320.0, 1e12):  # the last cannot be packed: rows themselves
+            x0, x1 = rng.random((n, 2)) * spread - spread / 3, rng.random((n, 2)) * spread
+            x0, x1 = np.concatenate([x0, x0[::2] + 0.2]), np.concatenate([x1, x1[::2] - 0.2])  # near-duplicates
+            key = np.round(np.concatenate([x0, x1], axis=1)).astype(np.int64)
+            assert np.array_equal(distinct(x0, x1), np.sort(np.unique(key, axis=0, return_index=True)[1]))
+
+
+def test_video_read_gives_pyav_pixels(tmp_path):
+    """One RGB conversion context for a whole read: the pixels PyAV gives each frame by to_ndarray."""
+    import av
+
+    from worldtune.eval.video import read_video
+
+    frames = grid_frames(4, wobble=1.0)
+    path = write_video(tmp_path / "v.mp4", frames, 15)
+    with av.open(str(path)) as c:
+        plain = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+    assert np.array_equal(read_video(path)[0], plain)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_sift_keypoints_are_read_out_as_the_plain_loop_reads_them(scale):
+    """cv2.KeyPoint_convert gives the keypoints' coordinates a loop over KeyPoint.pt gives (float32 to float64)."""
+    import cv2
+
+    from worldtune.eval.correspondences import SiftMatcher, gray
+
+    a, _ = exterior_cams()
+    img = render(a)
+    m = SiftMatcher(scale=scale)
+    g = gray(img)
+    if scale != 1.0:
+        g = cv2.resize(g, (round(g.shape[1] * scale), round(g.shape[0] * scale)), interpolation=cv2.INTER_AREA)
+    kps, desc = m.detector.detectAndCompute(g, None)
+    plain = np.array([k.pt for k in kps], np.float64).reshape(-1, 2)
+    plain = plain if scale == 1.0 else (plain + 0.5) / scale - 0.5
+    f = m.detect(img)
+    assert len(plain) > 100 and np.array_equal(f.points, plain) and np.array_equal(f.descriptors, desc)
+    assert m.detect(np.full((180, 320, 3), 90, np.uint8)).points.shape == (0, 2)  # no keypoints

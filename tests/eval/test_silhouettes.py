@@ -48,3 +48,36 @@ def test_cut_empty_and_surrounding_silhouettes_are_counted_not_scored():
     assert f.reason is None and len(f.distances) == 1 and f.dropped == [AT_BORDER], f
     assert frame_tangency(np.zeros((H, W), bool), disc(80, 60), RECTIFIED).reason == NO_MOVING_PIXELS
     assert frame_tangency(disc(80, 60), disc(80, 60), through((80.0, 60.0))).reason == EPIPOLE_IN_SILHOUETTE
+
+
+def _moving_mask_plain(frame, static, s):
+    """moving_mask as first written (channel max by max(axis=2), big blobs by np.isin): the fast one must match it."""
+    diff = cv2.GaussianBlur(np.abs(frame.astype(np.float32) - static).max(axis=2), (3, 3), 0.8)
+    m = (diff > max(s.threshold, s.noise_factor * 1.4826 * float(np.median(diff)))).astype(np.uint8)
+    m = cv2.morphologyEx(m, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
+    m = cv2.morphologyEx(m, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(m)
+    big = np.flatnonzero(stats[:, cv2.CC_STAT_AREA] >= s.min_area * m.size)
+    return np.isin(labels, big[big > 0])
+
+
+def test_background_and_moving_mask_are_the_plain_computations():
+    """Textured background with noise, a large and a tiny moving blob: the median np.median gives, and the
+    same moving pixels as the plain code, at the absolute level and at the noise-driven one."""
+    from worldtune.eval.silhouettes import SilhouetteSettings, background, moving_mask
+
+    rng = np.random.default_rng(0)
+    scene = rng.integers(40, 200, (H, W, 3)).astype(np.float64)
+    frames = []
+    for t in range(9):
+        f = scene + rng.normal(0, 1 if t % 2 else 12, scene.shape)  # quiet and noisy frames: both levels
+        f[30:60, 20 + 10 * t:50 + 10 * t] = [250, 30, 30]
+        f[100:102, 150:152] = 0  # below min_area
+        frames.append(np.clip(f, 0, 255).astype(np.uint8))
+    frames = np.stack(frames)
+    static = background(frames)
+    for n in (1, 2, 8, 9):  # odd and even lengths: np.median's value, the mean of the two middle ones
+        assert np.array_equal(background(frames[:n]), np.median(frames[:n], axis=0).astype(np.float32))
+    for s in (SilhouetteSettings(), SilhouetteSettings(threshold=5.0, min_area=0.0)):
+        for f in frames:
+            assert np.array_equal(moving_mask(f, static, s), _moving_mask_plain(f, static, s))

@@ -151,7 +151,7 @@ def read_frames(
     file. Damage the codec cannot notice (it has no checksums) stays undetected.
     """
     if pixel_format == "rgb24":
-        convert = _rgb
+        convert = RgbConverter()
     elif pixel_format == "yuv420p":
         convert = _to_i420
     else:
@@ -208,8 +208,18 @@ def read_frames(
     return np.stack([got[int(i)] for i in indices])  # type: ignore[union-attr]
 
 
-def _rgb(frame: av.VideoFrame) -> np.ndarray:
-    return frame.to_ndarray(format="rgb24")
+class RgbConverter:
+    """Decoded frames to RGB arrays, the same pixels as `frame.to_ndarray(format="rgb24")`, through
+    one conversion context kept for every frame of a read (each frame's own is set up anew: at
+    small sizes that set-up costs about as much as the conversion)."""
+
+    def __init__(self) -> None:
+        from av.video.reformatter import VideoReformatter
+
+        self.reformatter = VideoReformatter()
+
+    def __call__(self, frame: av.VideoFrame) -> np.ndarray:
+        return self.reformatter.reformat(frame, format="rgb24").to_ndarray()
 
 
 def _rate(fps: float) -> Fraction:

@@ -14,6 +14,10 @@ Speed: SIFT runs on the frame scaled by `scale`; OpenCV's SIFT doubles its input
 half size still localises well (on H.264 frames of a plain-table render: 0.09 px median Sampson
 error under the true F at half size, 0.13 px at full size, at a quarter of the time). Upscaling is
 OpenCV's precise one: its default shifts every keypoint by about +0.25 px (+0.5 px at half size).
+Matching computes each pair's descriptor distances once, as one matrix product, for both directions
+(OpenCV's brute-force matcher computes them once per direction and returns Python objects): SIFT's
+descriptors are whole numbers 0-255, so every sum is exact in float32 and the distances, hence the
+matches, are those of the brute-force matcher to the bit.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ class SiftMatcher:
             g = cv2.resize(g, size, interpolation=cv2.INTER_AREA)
             m = None if m is None else cv2.resize(m, size, interpolation=cv2.INTER_NEAREST)
         kps, desc = self.detector.detectAndCompute(g, m)
-        pts = np.array([k.pt for k in kps], np.float64).reshape(-1, 2)
+        pts = (cv2.KeyPoint_convert(kps) if kps else EMPTY).astype(np.float64).reshape(-1, 2)
         if self.scale != 1.0:  # back to full-frame pixel centres
             pts = (pts + 0.5) / self.scale - 0.5
         return Features(pts, desc)
@@ -75,14 +79,51 @@ class SiftMatcher:
         """Matched pixel coordinates (M, 2) in a and b: mutual nearest neighbours passing the ratio test."""
         if a.descriptors is None or b.descriptors is None or len(a.points) < 2 or len(b.points) < 2:
             return EMPTY, EMPTY
-        two = self.bf.knnMatch(a.descriptors, b.descriptors, k=2)  # a -> b: best and second best
-        back = {m.queryIdx: m.trainIdx for m in self.bf.match(b.descriptors, a.descriptors)}  # b -> a: best
-        pairs = [(k[0].queryIdx, k[0].trainIdx) for k in two
-                 if len(k) == 2 and k[0].distance < self.ratio * k[1].distance and back.get(k[0].trainIdx) == k[0].queryIdx]
-        if not pairs:
+        if _byte_valued(a.descriptors) and _byte_valued(b.descriptors):  # SIFT's: one exact distance matrix
+            best, keep = mutual_ratio(a.descriptors, b.descriptors, self.ratio)
+        else:
+            best, keep = self.mutual_ratio_bf(a.descriptors, b.descriptors)
+        if not keep.any():
             return EMPTY, EMPTY
-        ia, ib = np.array(pairs).T
-        return a.points[ia], b.points[ib]
+        return a.points[keep], b.points[best[keep]]
+
+    def mutual_ratio_bf(self, da: np.ndarray, db: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """mutual_ratio by OpenCV's brute-force matcher, one pass per direction (any float descriptors)."""
+        two = self.bf.knnMatch(da, db, k=2)  # a -> b: best and second best
+        back = {m.queryIdx: m.trainIdx for m in self.bf.match(db, da)}  # b -> a: best
+        best = np.array([k[0].trainIdx if k else -1 for k in two], np.int64)
+        keep = np.array([len(k) == 2 and k[0].distance < self.ratio * k[1].distance
+                         and back.get(k[0].trainIdx) == k[0].queryIdx for k in two], bool)
+        return best, keep
+
+
+def _byte_valued(d: np.ndarray) -> bool:
+    """float32 descriptors of at most 128 whole numbers 0-255 (SIFT's): distances exact in float32 (mutual_ratio)."""
+    return d.dtype == np.float32 and d.ndim == 2 and 0 < d.shape[1] <= 128 and len(d) > 0 \
+        and 0 <= float(d.min()) and float(d.max()) <= 255 and bool((d == np.floor(d)).all())
+
+
+def mutual_ratio(da: np.ndarray, db: np.ndarray, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of da (N, D): its nearest row of db (L2) and whether the match is kept: the
+    nearest is closer than `ratio` x the second nearest, and da's row is in turn db's row's nearest.
+
+    Descriptors must be whole numbers 0-255 with D <= 128 (SIFT's): |a|² + |b|² - 2 a·b is then a sum of
+    integers below 2²⁴, exact in float32 in any order, and its float32 square root is the distance
+    OpenCV's brute-force matcher computes. Ties go to the lower index, as there.
+    """
+    import cv2
+
+    ab = cv2.gemm(da, db, 1.0, None, 0.0, flags=cv2.GEMM_2_T)  # OpenCV's threads: one per worker process
+    d = np.sqrt((da * da).sum(axis=1)[:, None] + (db * db).sum(axis=1)[None, :] - 2 * ab)
+    rows = np.arange(len(d))
+    best = d.argmin(axis=1)  # first of equal minima, as the matcher's insertion keeps them
+    d1 = d[rows, best]
+    d[rows, best] = np.inf
+    d2 = d.min(axis=1)
+    d[rows, best] = d1
+    back = d.argmin(axis=0)  # b -> a: best
+    keep = (d1.astype(np.float64) < ratio * d2.astype(np.float64)) & (back[best] == rows)
+    return best, keep
 
 
 def track(frame0: np.ndarray, frame1: np.ndarray, mask: np.ndarray | None = None, max_corners: int = 800,

@@ -70,7 +70,12 @@ def distinct(x0: np.ndarray, x1: np.ndarray, tol: float = 1.0) -> np.ndarray:
     if len(x0) == 0:
         return np.empty(0, np.int64)
     key = np.round(np.concatenate([x0, x1], axis=1) / tol).astype(np.int64)
-    _, first = np.unique(key, axis=0, return_index=True)
+    low = key.min(axis=0)
+    span = key.max(axis=0).astype(np.float64) - low + 1  # in float: no overflow
+    if np.prod(span) < 2.0 ** 62:  # the rows as one integer each: a 1-D unique, same groups
+        key = np.ravel_multi_index(tuple((key - low).T), tuple(span.astype(np.int64)))
+    # return_index sorts stably: each group's first row, as for the rows themselves
+    _, first = np.unique(key, axis=0 if key.ndim == 2 else None, return_index=True)
     return np.sort(first)
 
 

@@ -47,8 +47,16 @@ class SilhouetteSettings:
 
 # ------------------------------------------------------------------------------------ moving pixels
 def background(frames: np.ndarray) -> np.ndarray:
-    """The static background of a fixed view: its per-pixel temporal median (what is there most of the time)."""
-    return np.median(frames, axis=0).astype(np.float32)
+    """The static background of a fixed view: its per-pixel temporal median (what is there most of the time).
+
+    Bytes are sorted over time as 16-bit integers (numpy sorts those with vector instructions: half the time
+    of np.median's selection among bytes); the middle values, averaged as np.median does, are its result.
+    """
+    n = len(frames)
+    if frames.dtype != np.uint8 or n == 0:
+        return np.median(frames, axis=0).astype(np.float32)
+    ordered = np.sort(frames.astype(np.uint16), axis=0)
+    return ((ordered[(n - 1) // 2].astype(np.float64) + ordered[n // 2]) / 2).astype(np.float32)
 
 
 def moving_mask(frame: np.ndarray, static: np.ndarray, s: SilhouetteSettings = SilhouetteSettings()) -> np.ndarray:
@@ -60,15 +68,27 @@ def moving_mask(frame: np.ndarray, static: np.ndarray, s: SilhouetteSettings = S
     """
     import cv2
 
-    diff = np.abs(frame.astype(np.float32) - static).max(axis=2)
+    diff = np.abs(frame.astype(np.float32) - static)
+    diff = np.maximum(np.maximum(diff[..., 0], diff[..., 1]), diff[..., 2])  # = max(axis=2), a tenth of its time
     diff = cv2.GaussianBlur(diff, (3, 3), 0.8)
-    noise = 1.4826 * float(np.median(diff))  # most pixels are static: the median is the noise floor
-    m = (diff > max(s.threshold, s.noise_factor * noise)).astype(np.uint8)
+    m = (diff > _level(diff, s)).astype(np.uint8)
     m = cv2.morphologyEx(m, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
     m = cv2.morphologyEx(m, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5)))
     _, labels, stats, _ = cv2.connectedComponentsWithStats(m)
-    big = np.flatnonzero(stats[:, cv2.CC_STAT_AREA] >= s.min_area * m.size)
-    return np.isin(labels, big[big > 0])
+    keep = stats[:, cv2.CC_STAT_AREA] >= s.min_area * m.size  # per label
+    keep[0] = False  # the background
+    return keep[labels]
+
+
+def _level(diff: np.ndarray, s: SilhouetteSettings) -> float:
+    """max(threshold, noise_factor x 1.4826 x median(diff)): most pixels are static, so the median is the
+    noise floor. Where more than half of the pixels lie below the median that would lift the level over
+    `threshold` (the usual case), the level is `threshold` and a count says so without the median."""
+    if s.noise_factor > 0:
+        floor = s.threshold / (s.noise_factor * 1.4826) * (1 - 1e-6)  # margin: the product's rounding cannot reach threshold
+        if np.count_nonzero(diff < floor) > diff.size // 2 + 1:  # both middle values below it
+            return s.threshold
+    return max(s.threshold, s.noise_factor * (1.4826 * float(np.median(diff))))
 
 
 # ----------------------------------------------------------------------------------------- tangents
