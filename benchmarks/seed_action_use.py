@@ -3,12 +3,17 @@
 Generated videos answer slowly and through the VAE and the sampler; the training objective answers directly. On
 the demo's held-out clips (`worldtune demo --model seed-cosmos3 --out DIR` made them, with their latent cache),
 each clip's forward-dynamics flow-matching loss at fixed noise levels and fixed noise is computed with its own
-action chunk and with another clip's (the next one, cyclically), with the caption kept and with it dropped (what
-guidance's unconditional branch sees: then only the first frame and the actions say where the arm goes). A model
-that reads its actions scores lower with its own; the paired difference (other - own) comes with the clip-level
-95 % bootstrap interval of worldtune's reports.
+action chunk, with another clip's (the next one, cyclically) and with no actions at all (zeros), with the caption
+kept and with it dropped (what guidance's unconditional branch sees: then only the first frame and the actions say
+where the arm goes). A model that reads its actions scores lower with its own; the paired differences (other -
+own, zeros - own) come with the clip-level 95 % bootstrap interval of worldtune's reports.
+
+`--finetune TASK --steps N` first trains the whole generator (train.mode = full) for N steps of TASK
+(forward_dynamics or joint) on the demo's training clips, then measures that model: whether a training mix
+teaches the model to read its actions, in minutes on a CPU.
 
     .venv/bin/python benchmarks/seed_action_use.py --demo /tmp/dc3
+    .venv/bin/python benchmarks/seed_action_use.py --demo /tmp/dc3 --finetune forward_dynamics --steps 400
 
 Writes benchmarks/results/seed_action_use.json (or --json).
 """
@@ -26,31 +31,58 @@ import torch
 SIGMAS = (0.3, 0.6, 0.9)
 
 
-def losses(demo: Path, model: str) -> dict[str, dict[str, list[float]]]:
-    """{"text"|"no_text": {"own"|"other": [loss per clip]}}, averaged over SIGMAS."""
+def trainer_for(demo: Path, model: str, out: Path, task: str = "forward_dynamics", steps: int = 1,
+                mode: str = "lora", model_path: Path | None = None):
+    """A Trainer of the demo's action recipe on the demo's clips (full fine-tunes: batch 8, AdamW 5e-4), of the
+    demo's model folder or `model_path`."""
     from worldtune.demo import demo_config
     from worldtune.train.trainer import Trainer
 
-    cfg = demo_config(demo, 1, model, actions=True)
-    train = cfg.train.model_copy(update={"out": str(demo / "runs" / "action_use"), "resume": None,
-                                         "task": "forward_dynamics"})
-    trainer = Trainer(cfg.model_copy(update={"train": train}))
+    cfg = demo_config(demo, steps, model, actions=True)
+    if model_path is not None:
+        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(model_path)})})
+    update = {"out": str(out), "resume": None, "task": task, "steps": steps}
+    if mode == "full":
+        update.update(mode="full", batch_size=8, lr=5e-4, warmup=20, val_every=0, log_every=50,
+                      checkpoint=cfg.train.checkpoint.model_copy(update={"every": 0}))
+    return Trainer(cfg.model_copy(update={"train": cfg.train.model_copy(update=update)}))
+
+
+def finetune(demo: Path, model: str, task: str, steps: int) -> Path:
+    """A model folder: the demo's model with its transformer trained `steps` full steps of `task` (kept: a second
+    call measures it again without training; delete DEMO/model_TASK to train anew)."""
+    import shutil
+
+    folder = demo / f"model_{task}"
+    if (folder / "transformer").is_dir():
+        return folder
+    run = demo / "runs" / f"action_use_{task}"
+    shutil.rmtree(run, ignore_errors=True)
+    trainer_for(demo, model, run, task, steps, mode="full").fit()
+    shutil.copytree(demo / "model", folder, ignore=shutil.ignore_patterns("transformer"))
+    shutil.copytree(run / "export" / "transformer", folder / "transformer")
+    return folder
+
+
+def losses(demo: Path, model: str, model_path: Path | None = None) -> dict[str, dict[str, list[float]]]:
+    """{"text"|"no_text": {"own"|"other"|"zeros": [loss per clip]}}, averaged over SIGMAS."""
+    trainer = trainer_for(demo, model, demo / "runs" / "action_use", model_path=model_path)
     data = trainer.val_set if len(trainer.val_set) else trainer.train_set
     items = [trainer._item(data, i) for i in range(len(data))]
     out: dict[str, dict[str, list[float]]] = {}
     with torch.no_grad():
         for caption in ("text", "no_text"):
-            own, other = [], []
+            rows: dict[str, list[float]] = {"own": [], "other": [], "zeros": []}
             for i, item in enumerate(items):
                 x0, text, actions = trainer._inputs([item])
                 _, _, foreign = trainer._inputs([items[(i + 1) % len(items)]])
                 if caption == "no_text":
                     text = text[:, [1, 1]]  # both rows the dropped caption
-                for acts, bucket in ((actions, own), (foreign, other)):
-                    bucket.append(sum(float(trainer._forward_loss(
+                for name, acts in (("own", actions), ("other", foreign), ("zeros", torch.zeros_like(actions))):
+                    rows[name].append(sum(float(trainer._forward_loss(
                         x0, text, [1000 + i], model=trainer.transformer, actions=acts, modes=["forward_dynamics"],
                         sigma=[s], num_cond=[1])) for s in SIGMAS) / len(SIGMAS))
-            out[caption] = {"own": own, "other": other}
+            out[caption] = rows
     return out
 
 
@@ -58,27 +90,33 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--demo", type=Path, required=True, help="a `worldtune demo --model seed-cosmos3` folder")
     ap.add_argument("--model", default="seed-cosmos3")
-    ap.add_argument("--json", type=Path, default=Path("benchmarks/results/seed_action_use.json"))
+    ap.add_argument("--finetune", choices=("forward_dynamics", "joint"), default=None,
+                    help="first train the whole generator on the demo's training clips with this task")
+    ap.add_argument("--steps", type=int, default=400, help="steps of --finetune (batch 8)")
+    ap.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/seed_action_use[_TASK].json")
     a = ap.parse_args()
     from worldtune.eval.stats import paired_difference
 
     t0 = time.time()
     result = {"model": a.model, "demo": str(a.demo), "sigmas": SIGMAS, "machine": platform.node(),
               "processor": platform.processor() or platform.machine(), "torch": torch.__version__,
-              "date": time.strftime("%Y-%m-%d")}
-    for caption, d in losses(a.demo, a.model).items():
-        own = {(i, 0): v for i, v in enumerate(d["own"])}
-        other = {(i, 0): v for i, v in enumerate(d["other"])}
-        diff = paired_difference(other, own, higher_is_better=True)  # other - own: > 0 when actions are read
+              "date": time.strftime("%Y-%m-%d"), "finetune": a.finetune and {"task": a.finetune, "steps": a.steps}}
+    model_path = finetune(a.demo, a.model, a.finetune, a.steps) if a.finetune else None
+    for caption, d in losses(a.demo, a.model, model_path).items():
         mean_own = sum(d["own"]) / len(d["own"])
-        result[caption] = {"own_loss": mean_own, "other_loss": sum(d["other"]) / len(d["other"]),
-                           "other_minus_own": diff.to_dict(), "relative": diff.mean / mean_own}
-        print(f"{caption:8s} own {mean_own:.4f}  other - own {diff.mean:+.5f} "
-              f"[{diff.ci_low:+.5f}, {diff.ci_high:+.5f}]  ({100 * diff.mean / mean_own:+.2f} %, n={diff.n_inputs})")
+        result[caption] = {"own_loss": mean_own}
+        for name in ("other", "zeros"):
+            diff = paired_difference({(i, 0): v for i, v in enumerate(d[name])},
+                                     {(i, 0): v for i, v in enumerate(d["own"])}, higher_is_better=True)
+            result[caption].update({f"{name}_loss": sum(d[name]) / len(d[name]), f"{name}_minus_own": diff.to_dict(),
+                                    f"{name}_relative": diff.mean / mean_own})  # > 0: its own actions help
+            print(f"{caption:8s} own {mean_own:.4f}  {name} - own {diff.mean:+.5f} [{diff.ci_low:+.5f}, "
+                  f"{diff.ci_high:+.5f}]  ({100 * diff.mean / mean_own:+.2f} %, n={diff.n_inputs})")
     result["seconds"] = round(time.time() - t0, 1)
-    a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps(result, indent=1))
-    print(f"wrote {a.json}")
+    path = a.json or Path(f"benchmarks/results/seed_action_use{'_' + a.finetune if a.finetune else ''}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 
-from worldtune.data.synthetic import SyntheticEpisode, camera_name
+from worldtune.data.synthetic import SyntheticEpisode, camera_name, demo_episodes
 
 
 def _fundamental(c1, c2) -> np.ndarray:
@@ -51,6 +51,35 @@ def test_wrist_camera_moves_and_exteriors_do_not():
     assert not np.allclose(a["wrist_left"].t, b["wrist_left"].t)
     assert camera_name("observation.images.wrist_left") == camera_name("wrist") == "wrist_left"
     assert ep.render_view("wrist", 3).shape == (48, 80, 3)
+
+
+def _off_the_line(ep: SyntheticEpisode) -> float:
+    """How far (m, seen from above) the gripper's path strays, before the grasp, from the straight line from
+    where it starts to the block."""
+    start = ep.gripper(0)[0][:2]
+    d = ep.blocks[ep.target][:2] - start
+    d /= np.linalg.norm(d)
+    path = [ep.gripper(i)[0][:2] - start for i in range(ep.length) if i / (ep.length - 1) < ep.grasp[0]]
+    return max(abs(float(p[0] * d[1] - p[1] * d[0])) for p in path)
+
+
+def test_varied_motion_draws_the_path_and_still_does_the_task():
+    """"varied": where the arm goes on the way and when it grasps differ per episode (what only the actions
+    tell a world model), while every episode still grasps its block and puts it in the bowl; "scripted" keeps
+    one timing and the straight path."""
+    scripted = demo_episodes(12, seed=3, length=30)
+    varied = demo_episodes(12, seed=3, length=30, motion="varied")
+    assert {e.grasp for e in scripted} == {(0.46, 0.9)}
+    assert max(_off_the_line(e) for e in scripted) < 1e-6
+    assert np.std([e.grasp[0] for e in varied]) > 0.03
+    assert sum(_off_the_line(e) > 0.05 for e in varied) >= 6
+    for e in varied:
+        closes = next(i for i in range(e.length) if e.gripper(i)[2])
+        assert np.linalg.norm(e.gripper(closes)[0][:2] - e.blocks[e.target][:2]) < 0.02
+        last = e.block_position(e.target, e.length - 1)
+        assert np.linalg.norm(last[:2] - e.bowl[:2]) < 1e-9
+    again = demo_episodes(12, seed=3, length=30, motion="varied")
+    assert all(np.array_equal(a.gripper(i)[0], b.gripper(i)[0]) for a, b in zip(varied, again) for i in range(30))
 
 
 def test_v3_files_and_cameras_json(v3_root):

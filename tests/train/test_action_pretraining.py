@@ -1,5 +1,6 @@
 """Cosmos 3 trained with actions from its start (what `worldtune seed seed-cosmos3` runs): `train.mode = "full"`
-with the joint action task trains every weight, the action tables whole, and exports a plain diffusers transformer."""
+with the joint action task trains the generator pathway, the action tables whole and the action tokens' modality
+embedding, and exports a plain diffusers transformer."""
 
 from __future__ import annotations
 
@@ -39,8 +40,10 @@ def test_full_joint_training_moves_the_action_tables_and_exports_plain_weights(f
         assert delta[slot] > 10 * others.max(), table
     generator = set(Cosmos3.generator_parameters(None, exported))
     assert all(not torch.equal(after[n], before[n]) for n in generator)  # the whole generator pathway trained
+    # the action tokens' modality embedding starts at zero: left out, every action token would lack it for good
+    assert not torch.equal(after["action_modality_embed"], before["action_modality_embed"])
     assert all(torch.equal(after[n], p) for n, p in before.items()  # the reasoner tower, as NVIDIA's recipe
-               if n not in generator and not n.startswith(("action_proj_in", "action_proj_out")))
+               if n not in generator and not n.startswith(("action_proj_in", "action_proj_out", "action_modality")))
 
     # the exported EMA follows the training (warmed up): a fixed 0.999 would export ~97 % of the random start
     last = CheckpointManager.load(CheckpointManager(str(tmp_path / "run")).resolve("auto"))["trainable"]

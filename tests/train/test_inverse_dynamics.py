@@ -123,6 +123,21 @@ def test_resume_is_exact_with_the_output_rows_and_exports_hold_them(fd_data, tin
         assert torch.equal(new[31:32], ours[f"{name}.weight"]) and torch.equal(new[:31], old[:31]), name
 
 
+def test_mode_weights_set_how_often_joint_draws_each_mode():
+    """`train.dynamics.mode_weights` weighs the joint task's draw (a zero weight is never drawn); without it the
+    draw is the uniform one, sample for sample, so runs made before the option resume unchanged."""
+    from worldtune.train.action_flow import draw_modes
+
+    modes, seeds = ("forward_dynamics", "inverse_dynamics", "policy"), list(range(3000))
+    cfg = load_config(None, ["--train.dynamics.mode_weights", "{forward_dynamics = 4, inverse_dynamics = 1}"])
+    drawn = draw_modes(modes, seeds, cfg.train.dynamics.mode_weights)
+    assert 0.76 < drawn.count("forward_dynamics") / len(seeds) < 0.84 and "policy" not in drawn
+    assert drawn == draw_modes(modes, seeds, {"forward_dynamics": 8, "inverse_dynamics": 2})  # relative, by seed
+    assert draw_modes(modes, seeds, {}) == draw_modes(modes, seeds)
+    with pytest.raises(ConfigError):
+        load_config(None, ["--train.dynamics.mode_weights", "{forward = 1}"])
+
+
 @pytest.mark.usefixtures("one_thread", "domain_tables")
 def test_joint_trains_every_mode_and_both_heads(fd_data, tiny_cosmos3_dir, tmp_path):
     from worldtune.train.action_flow import draw_modes

@@ -55,12 +55,24 @@ class DynamicsConfig(Section):
     init_from: str | None = Field(
         None, description="a new domain's action-projection rows start from this existing domain's rows (e.g. "
         "droid_lerobot); None = the checkpoint's values in the domain's slot")
+    mode_weights: dict[str, float] = Field(
+        default_factory=dict, description="joint task: how often each mode is drawn, relative, e.g. "
+        "{forward_dynamics = 4, inverse_dynamics = 1, policy = 1} (a model that must learn to read its actions "
+        "sees more forward dynamics); empty = each mode equally often, as NVIDIA's joint mode")
 
     @field_validator("tier")
     @classmethod
     def _tier(cls, v: int | str) -> int | str:
         if v != "auto" and v not in ACTION_TIERS:
             raise ValueError(f"train.dynamics.tier must be auto or one of {list(ACTION_TIERS)}, got {v!r}")
+        return v
+
+    @field_validator("mode_weights")
+    @classmethod
+    def _mode_weights(cls, v: dict[str, float]) -> dict[str, float]:
+        modes = ("forward_dynamics", "inverse_dynamics", "policy")
+        if any(k not in modes for k in v) or any(w < 0 for w in v.values()) or (v and not sum(v.values()) > 0):
+            raise ValueError(f"train.dynamics.mode_weights: weights >= 0 (not all 0) of {', '.join(modes)}, got {v}")
         return v
 
 

@@ -304,6 +304,56 @@ def _smooth(a: np.ndarray, b: np.ndarray, s: float) -> np.ndarray:
     return a + (b - a) * s
 
 
+Keys = list[tuple[float, np.ndarray]]  # (fraction of the episode, gripper position), increasing fractions
+
+
+def _scripted_keys(ep: "SyntheticEpisode") -> tuple[Keys, tuple[float, float]]:
+    """The one script: home, above the block, down, grasp, up, over the bowl, down, release, up, each at a fixed
+    fraction of the episode. Keys and the (close, release) fractions of the grasp."""
+    blk = ep.blocks[ep.target]
+    home = np.array([0.0, -0.05, 0.35])
+    above_b, at_b = np.array([blk[0], blk[1], 0.2]), np.array([blk[0], blk[1], 0.0])
+    above_w, at_w = np.array([ep.bowl[0], ep.bowl[1], 0.2]), np.array([ep.bowl[0], ep.bowl[1], 0.03])
+    return [(0.0, home), (0.3, above_b), (0.42, at_b), (0.5, at_b), (0.6, above_b), (0.8, above_w),
+            (0.88, at_w), (0.93, at_w), (1.0, above_w)], (0.46, 0.9)
+
+
+def _varied_keys(ep: "SyntheticEpisode", rng: np.random.Generator) -> tuple[Keys, tuple[float, float]]:
+    """The same task with a path drawn per episode, as teleoperated demonstrations differ: the start, a detour
+    over the table on the way to the block (most episodes) and to the bowl (some), approach and lift heights,
+    each move's speed and pauses on the way. Neither the first frame nor the instruction tells which, only the
+    robot's actions do: what a forward-dynamics model must read them for."""
+    blk = ep.blocks[ep.target]
+
+    def over_table(lo: float, hi: float) -> np.ndarray:
+        return np.array([rng.uniform(-0.35, 0.35), rng.uniform(-0.22, 0.22), rng.uniform(lo, hi)])
+
+    h_b, h_w = rng.uniform(0.1, 0.26), rng.uniform(0.1, 0.26)
+    above_b, at_b = np.array([blk[0], blk[1], h_b]), np.array([blk[0], blk[1], 0.0])
+    above_w, at_w = np.array([ep.bowl[0], ep.bowl[1], h_w]), np.array([ep.bowl[0], ep.bowl[1], 0.03])
+    moves: list[tuple[str, np.ndarray]] = [("start", over_table(0.25, 0.4))]
+    if rng.random() < 0.8:
+        moves.append(("move", over_table(0.12, 0.35)))
+    moves += [("move", above_b), ("move", at_b), ("grasp", at_b), ("move", above_b)]
+    if rng.random() < 0.4:
+        moves.append(("move", over_table(0.15, 0.35)))
+    moves += [("move", above_w), ("move", at_w), ("release", at_w), ("move", above_w)]
+    times, keys, grasp = [0.0], [moves[0][1]], [0.0, 1.0]
+    for kind, pos in moves[1:]:
+        if kind == "move":
+            dist = float(np.linalg.norm(pos - keys[-1]))
+            times.append(times[-1] + (0.3 + dist) * rng.uniform(0.5, 1.6))
+        else:  # the fingers close or open halfway through a short stop
+            times.append(times[-1] + rng.uniform(0.1, 0.25))
+            grasp[0 if kind == "grasp" else 1] = (times[-2] + times[-1]) / 2
+        keys.append(pos)
+        if kind == "move" and rng.random() < 0.25:  # a pause
+            times.append(times[-1] + rng.uniform(0.1, 0.4))
+            keys.append(pos)
+    total = times[-1]
+    return [(t / total, p) for t, p in zip(times, keys)], (grasp[0] / total, grasp[1] / total)
+
+
 @dataclass
 class SyntheticEpisode:
     """One episode: object placement, the arm's trajectory, cameras and rendering per frame."""
@@ -319,6 +369,7 @@ class SyntheticEpisode:
     targets: tuple[str, ...] = ()  # blocks the arm may pick (empty = any of red, blue, green)
     rig_jitter: float = 0.0  # "demo" style: exterior cameras re-placed by up to this many metres per episode
     texture_seed: int | None = None  # the scene's look (None = seed): sets of other seeds in the same room
+    motion: Literal["scripted", "varied"] = "scripted"  # the arm's path: one script, or drawn per episode
     blocks: dict[str, np.ndarray] = field(default_factory=dict)
     target: str = ""
     bowl: np.ndarray = field(default_factory=lambda: np.zeros(3))
@@ -344,6 +395,8 @@ class SyntheticEpisode:
         shape = _BLOCKS[self.target][0]
         if not self.task:
             self.task = f"picks up the {self.target} {shape} and places it in the bowl."
+        self.keys, self.grasp = (_varied_keys(self, np.random.default_rng([self.seed, self.index, 11]))
+                                 if self.motion == "varied" else _scripted_keys(self))
         self.K_ext = intrinsics(self.width, self.height, 62.0)
         self.K_wrist = intrinsics(self.width, self.height, 90.0)
         if self.style == "hard":  # ~80° apart, re-placed by a few cm and degrees every episode
@@ -363,21 +416,13 @@ class SyntheticEpisode:
     def gripper(self, i: int) -> tuple[np.ndarray, float, bool]:
         """Gripper position (bottom of the fingers), opening in metres, and whether it holds the block."""
         s = i / max(1, self.length - 1)
-        home = np.array([0.0, -0.05, 0.35])
-        blk = self.blocks[self.target]
-        above_b = np.array([blk[0], blk[1], 0.2])
-        at_b = np.array([blk[0], blk[1], 0.0])
-        above_w = np.array([self.bowl[0], self.bowl[1], 0.2])
-        at_w = np.array([self.bowl[0], self.bowl[1], 0.03])
-        keys = [(0.0, home), (0.3, above_b), (0.42, at_b), (0.5, at_b), (0.6, above_b), (0.8, above_w),
-                (0.88, at_w), (0.93, at_w), (1.0, above_w)]
-        for (s0, p0), (s1, p1) in zip(keys, keys[1:]):
+        for (s0, p0), (s1, p1) in zip(self.keys, self.keys[1:]):
             if s <= s1:
                 pos = _smooth(p0, p1, (s - s0) / max(1e-9, s1 - s0))
                 break
         else:
-            pos = keys[-1][1]
-        closed = 0.46 <= s < 0.9
+            pos = self.keys[-1][1]
+        closed = self.grasp[0] <= s < self.grasp[1]
         opening = 0.032 if closed else 0.06
         return pos, opening, closed and self.success
 
@@ -386,12 +431,12 @@ class SyntheticEpisode:
             return self.blocks[name]
         s = i / max(1, self.length - 1)
         size = _BLOCKS[name][1]
-        if s < 0.46:
+        if s < self.grasp[0]:
             return self.blocks[name]
         pos, _, held = self.gripper(i)
         if held:
             return pos + np.array([0, 0, size])
-        if s >= 0.9 and self.success:
+        if s >= self.grasp[1] and self.success:
             return np.array([self.bowl[0], self.bowl[1], 0.03 + size])
         return self.blocks[name]
 
@@ -550,17 +595,19 @@ def _render(cam: Camera, prims: list, tex: dict, depth: np.ndarray | None = None
 def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: int = 160,
                   failed: tuple[int, ...] = (), style: Literal["demo", "hard"] = "demo",
                   length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
-                  texture_seed: int | None = None) -> list[SyntheticEpisode]:
+                  texture_seed: int | None = None,
+                  motion: Literal["scripted", "varied"] = "scripted") -> list[SyntheticEpisode]:
     """The demo's episodes: lengths 18-36 frames, every fifth one (index 3, 8, 13...) only 9-15;
     `length` gives every episode that many frames instead. `targets` limits the blocks picked (the tasks),
-    `rig_jitter` re-places the exterior cameras per episode, and `texture_seed` keeps the room of another
-    seed (the same textures, other episodes)."""
+    `rig_jitter` re-places the exterior cameras per episode, `texture_seed` keeps the room of another
+    seed (the same textures, other episodes), and `motion` "varied" draws the arm's path per episode."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(episodes):
         n = int(rng.integers(9, 16)) if i % 5 == 3 else int(rng.integers(18, 37))
         out.append(SyntheticEpisode(i, length or n, seed, height, width, success=i not in failed, style=style,
-                                    targets=targets, rig_jitter=rig_jitter, texture_seed=texture_seed))
+                                    targets=targets, rig_jitter=rig_jitter, texture_seed=texture_seed,
+                                    motion=motion))
     return out
 
 
@@ -647,17 +694,19 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
                        codec: str = "libx264", crf: int = 20, preset: str = "veryfast",
                        workers: int = 2, style: Literal["demo", "hard"] = "demo",
                        length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
-                       texture_seed: int | None = None) -> Path:
+                       texture_seed: int | None = None, motion: Literal["scripted", "varied"] = "scripted") -> Path:
     """Render the tabletop demo and write it as a LeRobot v3.0 (default) or v2.1 dataset.
 
     v3.0: episodes are concatenated, `episodes_per_file` per mp4/parquet file (None = all in one).
     `failed` episode indices get `is_episode_successful = False` (the arm misses the grasp).
     `style` "hard" renders the low-texture, wide-baseline scene; `length` fixes every episode's
-    length. Returns the dataset root. Writes `meta/cameras.json` with the true cameras. Episodes are
-    rendered in `workers` processes (the default 14 episodes at 96x160 take a few seconds).
+    length; `motion` "varied" draws each episode's path. Returns the dataset root. Writes
+    `meta/cameras.json` with the true cameras. Episodes are rendered in `workers` processes (the
+    default 14 episodes at 96x160 take a few seconds).
     """
     root = Path(root)
-    eps = demo_episodes(episodes, seed, height, width, failed, style, length, targets, rig_jitter, texture_seed)
+    eps = demo_episodes(episodes, seed, height, width, failed, style, length, targets, rig_jitter, texture_seed,
+                        motion)
     tasks: dict[str, int] = {}
     for e in eps:
         tasks.setdefault(e.task, len(tasks))

@@ -222,10 +222,12 @@ def train_domain_rows(transformer: nn.Module, domain_id: int, init_from: int | N
 
 
 def train_tables(transformer: nn.Module, outputs: bool = False) -> list[nn.Parameter]:
-    """The action tables whole (a model trained from its start: every slot is the model's to learn; only the slots
-    of the data's domains receive gradients)."""
-    return [t.weight.requires_grad_(True)
-            for t in _tables(transformer, INPUT_TABLES + (OUTPUT_TABLES if outputs else ())).values()]
+    """The action tables whole and the action tokens' modality embedding (a model trained from its start: every
+    slot is the model's to learn; only the slots of the data's domains receive gradients). The embedding, added to
+    every action token, is zero in a fresh model and outside the generator pathway a full fine-tune trains."""
+    tables = [t.weight.requires_grad_(True)
+              for t in _tables(transformer, INPUT_TABLES + (OUTPUT_TABLES if outputs else ())).values()]
+    return tables + [transformer.action_modality_embed.requires_grad_(True)]
 
 
 def domain_rows_state(transformer: nn.Module) -> dict[str, torch.Tensor]:

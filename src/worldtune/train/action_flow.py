@@ -12,7 +12,7 @@ same three):
 | policy | first clean, the rest denoised | denoised |
 
 A training task is one mode, or `joint`: one of the three per clip, uniformly (NVIDIA's "joint" mode, the
-default of its robot action datasets). The video half (noise, timestep, loss on the noisy frames) is
+default of its robot action datasets) or as `train.dynamics.mode_weights` weighs them. The video half (noise, timestep, loss on the noisy frames) is
 `FlowMatchingLoss`; this module adds the chunk: the same sigma as the clip's video draw (NVIDIA shares the
 vision sigma with the actions unless `independent_action_schedule` is set, which its Cosmos 3 configs do not),
 x_t = sigma * n + (1 - sigma) * a on the domain's raw width, target n - a, and the squared error averaged over
@@ -26,6 +26,7 @@ after any resume.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 
@@ -60,12 +61,19 @@ def clean_frames(mode: str, latent_frames: int) -> int:
     return 1 if MODES[mode][0] else latent_frames
 
 
-def draw_modes(modes: tuple[str, ...], seeds: list[int]) -> list[str]:
-    """Each sample's mode: the task's only one, or one of them uniformly from the sample's seed."""
+def draw_modes(modes: tuple[str, ...], seeds: list[int], weights: Mapping[str, float] | None = None) -> list[str]:
+    """Each sample's mode: the task's only one, or one of them from the sample's seed, uniformly or in proportion
+    to `weights` (modes it does not name get none)."""
     if len(modes) == 1:
         return [modes[0]] * len(seeds)
-    return [modes[int(torch.randint(len(modes), (), generator=torch.Generator().manual_seed(s ^ _MODE_STREAM)))]
-            for s in seeds]
+    if not weights:
+        return [modes[int(torch.randint(len(modes), (), generator=torch.Generator().manual_seed(s ^ _MODE_STREAM)))]
+                for s in seeds]
+    cumulative = torch.tensor([weights.get(m, 0.0) for m in modes], dtype=torch.float64).cumsum(0)
+    draws = [float(torch.rand((), generator=torch.Generator().manual_seed(s ^ _MODE_STREAM), dtype=torch.float64))
+             for s in seeds]
+    return [modes[min(int(torch.searchsorted(cumulative, u * cumulative[-1], right=True)), len(modes) - 1)]
+            for u in draws]
 
 
 @dataclass(frozen=True)

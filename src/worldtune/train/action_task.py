@@ -32,6 +32,7 @@ class ActionTask:
         self.setup = resolve(cfg, read_dataset(tc.dataset)[0], tc.dataset, spec)
         self.dyn = family_of(spec).dynamics()
         self.max_text = spec.max_sequence_length
+        self.mode_weights = dict(tc.dynamics.mode_weights)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -66,7 +67,7 @@ class ActionTask:
     def flow_batch(self, objective: FlowMatchingLoss, x0: torch.Tensor, seeds: list[int], modes: list[str] | None,
                    force: dict[str, Any]) -> tuple[FlowBatch, list[str]]:
         """The noised batch with each sample in its mode (`modes`, else drawn from its seed)."""
-        modes = modes or draw_modes(self.setup.modes, seeds)
+        modes = modes or draw_modes(self.setup.modes, seeds, self.mode_weights)
         fb = objective.prepare(x0, seeds, **{**force, "num_cond": [clean_frames(m, x0.shape[2]) for m in modes]})
         return fb, modes
 
