@@ -5,6 +5,9 @@
 # stays warm; each call waits up to WAIT seconds (or until the recipe ends) and leaves a snapshot in $OUT: the
 # log, the transformer's curves, and the weights (the packed seed once done, else the newest checkpoint's EMA as
 # fp16, which a fresh machine can start from: put it in seedinit/transformer.safetensors and carry seedinit).
+# The lending machine takes 64 MiB of files with the checkout: seedinit/*.safetensors.xz are unpacked first (the
+# seed's shipped weights, xz-compressed, when the checkout leaves them out: transformer.safetensors.xz to start
+# from, vae.safetensors.xz the seed's VAE).
 #
 #   WAIT=560 BUDGET=1450 bash benchmarks/seed_device.sh      (NAME defaults to seed-cosmos3)
 #
@@ -23,6 +26,9 @@ if [ ! -f /tmp/site/.ok ]; then
   touch /tmp/site/.ok
 fi
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+[ -f seedinit/vae.safetensors.xz ] && mkdir -p "src/worldtune/seeds/$NAME" \
+  && xz -dc seedinit/vae.safetensors.xz >"src/worldtune/seeds/$NAME/vae.safetensors"
+[ -f seedinit/transformer.safetensors.xz ] && xz -dc seedinit/transformer.safetensors.xz >seedinit/transformer.safetensors
 
 recipe() {  # the detached part
   local args=(seed "$NAME" --out "$W" --ship "$W/ship" --budget-s "$BUDGET" --train.checkpoint.every 250 "${EXTRA[@]}")

@@ -69,7 +69,8 @@ def demo_data(model: str) -> dict[str, Any]:
     r = _seed_recipe(model)
     if r is None:
         return {}
-    return {"episodes": 30, "height": r.camera_height, "width": r.camera_width, "targets": r.held_out}
+    return {"episodes": 30, "height": r.camera_height, "width": r.camera_width, "targets": r.held_out,
+            "motion": r.motion}
 
 
 def trains_actions(model: str) -> bool:

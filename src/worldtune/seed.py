@@ -27,7 +27,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from worldtune.config import WorldtuneConfig, load_config
 from worldtune.console import plain
@@ -44,6 +44,7 @@ class SeedRecipe:
     held_out: tuple[str, ...] = ("green",)  # tasks left for the demo's post-training
     rig_jitter: float = 0.04  # metres the exterior cameras move between episodes
     data_seed: int = 1  # episodes other than the demo's (seed 0), in the same room
+    motion: Literal["scripted", "varied"] = "scripted"  # the arm's path: one script, or drawn per episode
     camera_height: int = 180
     camera_width: int = 320
     vae_steps: int = 2400
@@ -62,9 +63,12 @@ class SeedRecipe:
 RECIPES: dict[str, SeedRecipe] = {
     "seed-predict2.5": SeedRecipe("seed-predict2.5"),
     # Cosmos 3 with actions from the start: NVIDIA's joint action mode (forward dynamics, inverse dynamics and
-    # policy, one per clip) on the scene robot's actions, in the robot's own embodiment-domain slot.
+    # policy, one per clip) on the scene robot's actions, in the robot's own embodiment-domain slot. Its episodes
+    # draw the arm's path, so that the video follows the actions, not only the instruction; forward dynamics is drawn
+    # for 4 clips of 6 (a model that can predict the scene without its actions learns to read them that way).
     "seed-cosmos3": SeedRecipe(
-        "seed-cosmos3", vae_steps=1300, batch=64, cond_frames_probs="{1 = 1.0}", actions=True, stage_overrides=()),
+        "seed-cosmos3", vae_steps=1300, batch=64, cond_frames_probs="{1 = 1.0}", actions=True, motion="varied",
+        stage_overrides=("--train.dynamics.mode_weights", "{forward_dynamics = 4, inverse_dynamics = 1, policy = 1}")),
 }
 
 
@@ -129,7 +133,7 @@ def write_data(recipe: SeedRecipe, root: Path) -> Path:
     write_demo_dataset(tmp, episodes=recipe.episodes, seed=recipe.data_seed, texture_seed=0,
                        height=recipe.camera_height, width=recipe.camera_width, targets=recipe.targets,
                        rig_jitter=recipe.rig_jitter, workers=max(1, min(16, os.cpu_count() or 1)),
-                       episodes_per_file=50)
+                       episodes_per_file=50, motion=recipe.motion)
     tmp.rename(root)
     return root
 
