@@ -3,10 +3,11 @@
 Generated videos answer slowly and through the VAE and the sampler; the training objective answers directly. On
 the demo's held-out clips (`worldtune demo --model seed-cosmos3 --out DIR` made them, with their latent cache),
 each clip's forward-dynamics flow-matching loss at fixed noise levels and fixed noise is computed with its own
-action chunk, with another clip's (the next one, cyclically) and with no actions at all (zeros), with the caption
-kept and with it dropped (what guidance's unconditional branch sees: then only the first frame and the actions say
-where the arm goes). A model that reads its actions scores lower with its own; the paired differences (other -
-own, zeros - own) come with the clip-level 95 % bootstrap interval of worldtune's reports.
+action chunk, with another clip's (the next one, cyclically) and with all-zero actions (every step at the middle
+of the normalised range: actions that say nothing), with the caption kept and with it dropped (what guidance's
+unconditional branch sees: then only the first frame and the actions say where the arm goes). A model that reads
+its actions scores lower with its own; the paired differences (other - own, zeros - own) come with the
+clip-level 95 % bootstrap interval of worldtune's reports.
 
 `--finetune TASK --steps N` first trains the whole generator (train.mode = full) for N steps of TASK
 (forward_dynamics or joint) on the demo's training clips, then measures that model: whether a training mix
