@@ -25,7 +25,8 @@ from fractions import Fraction
 import cv2
 import numpy as np
 
-from worldtune.data.synthetic import Box, Camera, Cylinder, Plane, _make_textures, _noise, _render, intrinsics, look_at
+from worldtune.data.raycast import Box, Camera, Cylinder, Plane, intrinsics, look_at, render
+from worldtune.data.synthetic import _make_textures, _noise
 from worldtune.eval.epipolar import fundamental_from_cameras
 
 H, W = 180, 320
@@ -144,22 +145,22 @@ class DroidEpisode:
         cam = self.camera(role, i)
         if shift != (0.0, 0.0):
             cam = Camera(cam.K + np.array([[0, 0, shift[0]], [0, 0, shift[1]], [0, 0, 0]]), cam.R, cam.t, cam.width, cam.height)
-            depth, color = _render(cam, self._static(), self.tex)
+            depth, color = render(cam, self._static(), self.tex)
         elif role in RIG:
             if role not in self._static_cache:
-                self._static_cache[role] = _render(cam, self._static(), self.tex)
+                self._static_cache[role] = render(cam, self._static(), self.tex)
             depth, color = (a.copy() for a in self._static_cache[role])
         else:
-            depth, color = _render(cam, self._static(), self.tex)
+            depth, color = render(cam, self._static(), self.tex)
         if moving_shift != (0.0, 0.0):
             cam = Camera(cam.K + np.array([[0, 0, moving_shift[0]], [0, 0, moving_shift[1]], [0, 0, 0]]), cam.R, cam.t,
                          cam.width, cam.height)
-        _render(cam, self._moving(i), self.tex, depth, color)
+        render(cam, self._moving(i), self.tex, depth, color)
         return (np.clip(color, 0, 1) * 255 + 0.5).astype(np.uint8).reshape(cam.height, cam.width, 3)
 
     def gripper_mask(self, i: int) -> np.ndarray:
         """(H, W) bool: the wrist view's pixels on the arm (palm, fingers, column, carried block)."""
-        depth, _ = _render(self.camera("wrist", i), self._moving(i), self.tex)
+        depth, _ = render(self.camera("wrist", i), self._moving(i), self.tex)
         return np.isfinite(depth).reshape(self.height, self.width)
 
     def views(self, roles=FIXED + ("wrist",)) -> dict[str, np.ndarray]:

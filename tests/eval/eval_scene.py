@@ -107,14 +107,14 @@ def shifted_view(episode, role: str, shifts: np.ndarray) -> np.ndarray:
     Rendered with the principal point moved, so the shift is exact: no resampling blur that
     would change which features the detector finds.
     """
-    from worldtune.data.synthetic import Camera, _render
+    from worldtune.data.raycast import Camera, render as ray_render
 
     out = []
     for i, (dx, dy) in enumerate(np.asarray(shifts, np.float64)):
         c = episode.camera(role, i)
         cam = Camera(c.K + np.array([[0, 0, dx], [0, 0, dy], [0, 0, 0]]), c.R, c.t, c.width, c.height)
-        depth, color = _render(cam, episode._static(), episode.tex)
-        _render(cam, episode._moving(i), episode.tex, depth, color)
+        depth, color = ray_render(cam, episode._static(), episode.tex)
+        ray_render(cam, episode._moving(i), episode.tex, depth, color)
         out.append((np.clip(color, 0, 1) * 255 + 0.5).astype(np.uint8).reshape(c.height, c.width, 3))
     return np.stack(out)
 

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from tests.eval.eval_scene import across_epipolar_lines, shifted_view
-from worldtune.data.synthetic import SyntheticEpisode, _render
+from worldtune.data.raycast import render
+from worldtune.data.synthetic import SyntheticEpisode
 from worldtune.eval.epipolar import fundamental_from_cameras, sampson_distance
 from worldtune.eval.rig import PairReference, Reference
 from worldtune.eval.sampson import SampsonConfig, SampsonError
@@ -101,7 +102,7 @@ def test_gripper_is_masked_and_the_wrist_is_scored_over_time(scene):
     metric = SampsonError()
     ref = metric.reference(real, "ep0", base=calibrated(ep))
     cam = ep.camera("wrist", 0)
-    depth, _ = _render(cam, ep._moving(0)[1:], ep.tex)  # the arm alone: palm, fingers, column
+    depth, _ = render(cam, ep._moving(0)[1:], ep.tex)  # the arm alone: palm, fingers, column
     gripper = np.isfinite(depth).reshape(180, 320)
     assert "wrist" in ref.masks
     from worldtune.eval.correspondences import track
