@@ -12,13 +12,13 @@ from worldtune.config import load_config
 from worldtune.train.autoencoder import AutoencoderTrainer, lr_at
 
 
-def _cfg(data: Path, out: Path, steps: int, lr: float = 3e-3):
+def _cfg(data: Path, out: Path, steps: int, lr: float = 3e-3, *extra: str):
     return load_config(None, [
         "--model.name", "tiny-predict2.5", "--autoencoder.dataset", str(data), "--autoencoder.out", str(out),
         "--autoencoder.steps", str(steps), "--autoencoder.batch_size", "2", "--autoencoder.frames", "5",
         "--autoencoder.lr", str(lr), "--autoencoder.warmup", "2", "--autoencoder.val_every", "0",
         "--autoencoder.log_every", "1", "--autoencoder.checkpoint_every", "3", "--autoencoder.val_clips", "1",
-        "--autoencoder.stats_clips", "2", "--autoencoder.device", "cpu"])
+        "--autoencoder.stats_clips", "2", "--autoencoder.device", "cpu", *extra])
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +52,36 @@ def test_learning_rate_warms_up_then_decays_to_the_floor():
     cfg = _cfg(Path("x"), Path("y"), 100).autoencoder
     assert lr_at(0, cfg) < lr_at(1, cfg) <= cfg.lr
     assert lr_at(99, cfg) == pytest.approx(cfg.lr * cfg.lr_floor, rel=0.01)
+
+
+def _vae_model(tmp_path: Path, small_clips: Path) -> Path:
+    """A model folder whose VAE was trained (a few steps) and measured, as a seed model's is."""
+    summary = AutoencoderTrainer(_cfg(small_clips, tmp_path / "first", 4)).fit()
+    model = tmp_path / "model"
+    model.mkdir()
+    Path(summary["vae"]).rename(model / "vae")
+    return model
+
+
+@pytest.mark.parametrize("decoder_base_dim", [None, 12])
+def test_decoder_only_keeps_every_latent_and_learns(small_clips, tmp_path, one_thread, decoder_base_dim):
+    from diffusers import AutoencoderKLWan
+
+    from worldtune.train.autoencoder import load_clips, to_pixels
+
+    model = _vae_model(tmp_path, small_clips)
+    extra = ["--autoencoder.decoder_base_dim", str(decoder_base_dim)] if decoder_base_dim else []
+    summary = AutoencoderTrainer(_cfg(small_clips, tmp_path / "dec", 12, 3e-3, "--model.path", str(model),
+                                      "--autoencoder.train_part", "decoder", *extra)).fit()
+    before = AutoencoderKLWan.from_pretrained(model, subfolder="vae")
+    after = AutoencoderKLWan.from_pretrained(summary["vae"])
+    assert (after.config["decoder_base_dim"] or after.config["base_dim"]) == (decoder_base_dim or 8)
+    assert after.config["latents_mean"] == before.config["latents_mean"]
+    assert after.config["latents_std"] == before.config["latents_std"]
+    x = to_pixels(load_clips(small_clips, "val")[0][None, :5])
+    with torch.no_grad():
+        torch.testing.assert_close(after.encode(x).latent_dist.mode(), before.encode(x).latent_dist.mode(),
+                                   rtol=0, atol=0)
+    rows = [json.loads(r) for r in (tmp_path / "dec" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert sum(losses[-3:]) / 3 < 0.9 * losses[0], losses

@@ -17,6 +17,13 @@ class AutoencoderConfig(Section):
                          "measures the held-out round trip)")
     out: str = Field("runs/vae", description="run folder: checkpoints, metrics.jsonl, run.json and vae/ (the trained "
                      "VAE as a diffusers folder, with its latent statistics)")
+    train_part: Literal["all", "decoder"] = Field(
+        "all", description="all: encoder and decoder learn (a VAE from scratch); decoder: the encoder and its latent "
+        "statistics stay as they are, so a transformer trained on its latents keeps working, and only the decoder "
+        "learns (a sharper decode of the same latents)")
+    decoder_base_dim: int | None = Field(
+        None, description="a new decoder of this width (random start) in place of the VAE's own; the encoder's "
+        "weights are kept (None: the VAE's own decoder)")
     steps: int = Field(2000, description="optimizer steps")
     batch_size: int = Field(8, description="windows per step")
     frames: int = Field(5, description="frames per training window (4k+1)")
@@ -42,4 +49,6 @@ class AutoencoderConfig(Section):
         _check_4k1(self.frames)
         if self.steps <= 0 or self.batch_size <= 0:
             raise ValueError("autoencoder.steps and autoencoder.batch_size must be > 0")
+        if self.decoder_base_dim is not None and self.decoder_base_dim <= 0:
+            raise ValueError("autoencoder.decoder_base_dim must be > 0 (or unset: the VAE's own decoder)")
         return self

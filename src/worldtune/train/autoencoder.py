@@ -58,6 +58,32 @@ def load_vae(cfg: WorldtuneConfig):
         return build_vae(resolve_spec(cfg.model.name))
 
 
+def with_decoder(vae, base_dim: int, seed: int):
+    """`vae` with a new, randomly initialised decoder of width `base_dim` and its own encoder, quant convs and latent
+    statistics: the latents (what a transformer learned on) stay exactly the same, the decode gets more capacity."""
+    from diffusers import AutoencoderKLWan
+
+    from worldtune.models.build import seeded
+
+    if (vae.config.get("decoder_base_dim") or vae.config["base_dim"]) == base_dim:
+        return vae
+    with seeded(seed):
+        wide = AutoencoderKLWan.from_config({**vae.config, "decoder_base_dim": base_dim})
+    kept = {k: v for k, v in vae.state_dict().items() if not k.startswith("decoder.")}
+    missing, unexpected = wide.load_state_dict(kept, strict=False)
+    assert not unexpected and all(k.startswith("decoder.") for k in missing), (unexpected, missing[:3])
+    return wide
+
+
+def trainable_parameters(vae, part: str) -> list[torch.nn.Parameter]:
+    """What learns: everything, or (part = decoder) the decoder and the convolution before it; the encoder side is
+    frozen so that every latent stays what it was."""
+    if part == "decoder":
+        vae.encoder.requires_grad_(False)
+        vae.quant_conv.requires_grad_(False)
+    return [p for p in vae.parameters() if p.requires_grad]
+
+
 def load_clips(root: str | Path, split: str, limit: int | None = None) -> list[torch.Tensor]:
     """uint8 [T, H, W, 3] frames of the dataset's clips of one split (a few hundred MB for thousands of small
     clips: held in memory so a step costs no decoding)."""
@@ -136,8 +162,12 @@ class AutoencoderTrainer:
             raise DatasetError(f"{ac.dataset}: clips have {self.train_clips[0].shape[0]} frames, fewer than "
                                f"autoencoder.frames = {ac.frames}: lower autoencoder.frames")
         with setting_up("autoencoder", "loading the VAE"):
-            self.vae = load_vae(cfg).to(self.device).float().train()
-        self.optimizer = torch.optim.AdamW(self.vae.parameters(), lr=ac.lr, weight_decay=0.0, betas=(0.9, 0.99))
+            vae = load_vae(cfg)
+            if ac.decoder_base_dim is not None:
+                vae = with_decoder(vae, ac.decoder_base_dim, cfg.model.seed)
+            self.vae = vae.to(self.device).float().train()
+        self.params = trainable_parameters(self.vae, ac.train_part)
+        self.optimizer = torch.optim.AdamW(self.params, lr=ac.lr, weight_decay=0.0, betas=(0.9, 0.99))
         self.ckpt = CheckpointManager(self.out)
         self.step = 0
         self._stop: str | None = None
@@ -153,7 +183,8 @@ class AutoencoderTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, ac)
         with self.autocast:
-            dist = self.vae.encode(x).latent_dist
+            with torch.set_grad_enabled(ac.train_part == "all"):
+                dist = self.vae.encode(x).latent_dist
             y = self.vae.decode(dist.sample(generator=noise_gen)).sample.float()
         l1, mse = (y - x).abs().mean(), (y - x).pow(2).mean()
         kl = dist.kl().float().mean() / x[0].numel()
@@ -161,7 +192,7 @@ class AutoencoderTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if ac.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.vae.parameters(), ac.grad_clip)
+            torch.nn.utils.clip_grad_norm_(self.params, ac.grad_clip)
         self.optimizer.step()
         self.step += 1
         return {"step": self.step, "loss": loss.item(), "l1": l1.item(), "mse": mse.item(), "kl": kl.item(),
@@ -255,13 +286,15 @@ class AutoencoderTrainer:
         return summary
 
     def export(self) -> Path:
-        """`<out>/vae`: the trained VAE with its latent statistics, written whole or not at all."""
+        """`<out>/vae`: the trained VAE with its latent statistics (measured, or kept where the encoder was frozen),
+        written whole or not at all."""
         ac = self.cfg.autoencoder
         self.vae.eval()
-        g = torch.Generator().manual_seed(ac.seed)
-        pick = torch.randperm(len(self.train_clips), generator=g)[:ac.stats_clips].tolist()
-        mean, std = latent_stats(self.vae, [self.train_clips[i] for i in pick], self.device)
-        self.vae.register_to_config(latents_mean=mean, latents_std=std)
+        if ac.train_part == "all":
+            g = torch.Generator().manual_seed(ac.seed)
+            pick = torch.randperm(len(self.train_clips), generator=g)[:ac.stats_clips].tolist()
+            mean, std = latent_stats(self.vae, [self.train_clips[i] for i in pick], self.device)
+            self.vae.register_to_config(latents_mean=mean, latents_std=std)
         final, tmp = self.out / "vae", self.out / ".tmp-vae"
         shutil.rmtree(tmp, ignore_errors=True)
         self.vae.to("cpu").save_pretrained(tmp, safe_serialization=True)

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The seed models' VAE decoders trained further on a lent GPU (one call of at most 10 minutes), encoders frozen.
+#
+# Why: the transformer of a seed model learned on its VAE's latents, so a new encoder would mean a new transformer.
+# `worldtune autoencoder --autoencoder.train_part decoder` keeps the encoder and its latent statistics bit for bit
+# and trains only the decoder: every latent stays what it was, the decode gets sharper. The two seeds' decoders
+# train side by side on one prepared dataset of the scene (seed-cosmos3's recipe: paths drawn per episode), each
+# measured first as shipped (the same held-out clips), then every VAL steps.
+#
+# The checkout leaves the shipped weights out (64 MiB a call): seedinit/NAME-vae.safetensors.xz carries each
+# seed's VAE (xz -9e). $OUT receives, per seed: metrics.jsonl, run.json, baseline.json, log and the trained VAE as
+# fp16 safetensors with its config (or the newest checkpoint's, if the time ran out first).
+#
+#   WAIT=540 STEPS=1500 BATCH=24 LR=3e-4 bash benchmarks/seed_decoder_device.sh
+set -u
+T0=$(date +%s)
+WAIT=${WAIT:-540}; STEPS=${STEPS:-1500}; BATCH=${BATCH:-24}; LR=${LR:-3e-4}; VAL=${VAL:-250}
+W=${W:-/tmp/decoderwork}
+OUT=${OUT:-/tmp/decoder-out}
+SEEDS=(seed-predict2.5 seed-cosmos3)
+mkdir -p "$OUT" "$W"
+if [ ! -f /tmp/site/.ok ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  touch /tmp/site/.ok
+fi
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+
+# one dataset of the scene for both decoders: data and prepare of seed-cosmos3's recipe
+python3 -m worldtune.cli seed seed-cosmos3 --out "$W/data" --stop-after prepare >"$OUT/data.log" 2>&1 || {
+  tail -20 "$OUT/data.log"; exit 1; }
+echo "data and prepare: $(($(date +%s) - T0)) s"
+
+for NAME in "${SEEDS[@]}"; do
+  mkdir -p "$W/$NAME"
+  xz -dc "seedinit/$NAME-vae.safetensors.xz" >"$W/$NAME/shipped.safetensors"
+  python3 - "$NAME" "$W/$NAME" "$W/data/dataset" <<'EOF'
+import json, sys
+from pathlib import Path
+import torch
+from safetensors.torch import load_file
+from worldtune.models.build import build_vae
+from worldtune.models.registry import get_spec
+from worldtune.models.seeds import SEEDS_DIR
+from worldtune.train.autoencoder import load_clips, round_trip_psnr
+
+name, work, dataset = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+vae = build_vae(get_spec(name))
+vae.load_state_dict({k: v.float() for k, v in load_file(str(work / "shipped.safetensors")).items()})
+vae.register_to_config(**json.loads((SEEDS_DIR / name / "seed.json").read_text())["vae_config"])
+vae.save_pretrained(work / "base" / "vae", safe_serialization=True)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+vae = vae.to(device).eval()
+with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    psnr = round_trip_psnr(vae, load_clips(dataset, "val", 8), device)
+(work / "baseline.json").write_text(json.dumps({"seed": name, "held_out_psnr_db": round(psnr, 3), "val_clips": 8}))
+print(f"{name}: shipped VAE, held-out round trip {psnr:.3f} dB")
+EOF
+  setsid nohup python3 -m worldtune.cli autoencoder --model.path "$W/$NAME/base" \
+    --autoencoder.dataset "$W/data/dataset" --autoencoder.out "$W/$NAME/run" --autoencoder.train_part decoder \
+    --autoencoder.steps "$STEPS" --autoencoder.batch_size "$BATCH" --autoencoder.frames 9 --autoencoder.lr "$LR" \
+    --autoencoder.warmup 50 --autoencoder.val_every "$VAL" --autoencoder.val_clips 8 --autoencoder.log_every 50 \
+    --autoencoder.checkpoint_every "$VAL" >"$W/$NAME/train.log" 2>&1 </dev/null &
+done
+sleep 5
+while [ $(($(date +%s) - T0)) -lt "$WAIT" ] && pgrep -f "worldtune.cli autoencoder" >/dev/null; do sleep 5; done
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+
+for NAME in "${SEEDS[@]}"; do
+  mkdir -p "$OUT/$NAME"
+  cp "$W/$NAME/baseline.json" "$OUT/$NAME/" 2>/dev/null
+  for f in metrics.jsonl run.json; do cp "$W/$NAME/run/$f" "$OUT/$NAME/" 2>/dev/null; done
+  tail -c 3000 "$W/$NAME/train.log" >"$OUT/$NAME/train.log"
+  python3 - "$W/$NAME/run" "$OUT/$NAME" <<'EOF'
+import json, sys
+from pathlib import Path
+import torch
+from safetensors.torch import load_file, save_file
+run, out = Path(sys.argv[1]), Path(sys.argv[2])
+if (run / "vae" / "config.json").is_file():
+    source, cfg = run / "vae" / "diffusion_pytorch_model.safetensors", json.loads((run / "vae" / "config.json").read_text())
+else:
+    done = sorted(p for p in (run / "checkpoints").glob("step-*") if (p / "trainable.safetensors").is_file())
+    if not done:
+        sys.exit(f"{run}: nothing to snapshot")
+    source, cfg = done[-1] / "trainable.safetensors", None
+save_file({k: v.to(torch.float16).contiguous() for k, v in load_file(str(source)).items()}, str(out / "vae.safetensors"))
+if cfg:
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+print(f"snapshot {out.name}: {source}")
+EOF
+  tail -3 "$W/$NAME/train.log"
+done
+echo "call took $(($(date +%s) - T0)) s"
