@@ -102,6 +102,15 @@ class Cosmos3Dynamics(ActionDynamics):
         out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="latent")
         return out.action[0].float().numpy().astype(np.float32)
 
+    def chunk_sampler(self, pipe, *, fast: bool, cuda_graphs: bool, compile: bool):
+        """`fast`: models/cosmos3_rollout.py's sampler (several rollouts per transformer call, fixed buffers, CUDA
+        graphs); else the plain pipeline call per chunk."""
+        if not fast:
+            return super().chunk_sampler(pipe, fast=False, cuda_graphs=False, compile=False)
+        from worldtune.models.cosmos3_rollout import Cosmos3ChunkSampler
+
+        return Cosmos3ChunkSampler(self, pipe, cuda_graphs=cuda_graphs, compile=compile)
+
     def _check_call(self, pipe, domain: ActionDomain, steps: int, tier: int, view_point: str, fps: float) -> None:
         """One-line errors for what the pipeline would refuse deep inside; registers a new domain."""
         if not self.has_heads(pipe.transformer):
