@@ -78,7 +78,7 @@ class Rollout:
 
 class WorldModel:
     """One loaded model and the rollouts of every client, each under the id its `reset` returned (callers
-    serialise access: the model runs one chunk at a time)."""
+    serialise access: the model runs one sampler call at a time; `step_many` puts several rollouts' steps in one)."""
 
     def __init__(self, pipe, actions: ActionSpace, layout: Layout, size: tuple[int, int] | None, fps: float,
                  sc: ServeConfig, keys: dict[str, str], model_label: str, record: str | None = None,
