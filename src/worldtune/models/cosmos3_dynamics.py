@@ -81,11 +81,11 @@ class Cosmos3Dynamics(ActionDynamics):
         import torch
         from PIL import Image
 
-        from worldtune.models.cosmos3_pipeline import encode_leading_frames
+        from worldtune.models.cosmos3_pipeline import action_condition, encode_leading_frames
         from worldtune.models.latents import to_uint8
 
         self._check_call(pipe, domain, steps, tier, view_point, fps)
-        condition = _condition("forward_dynamics", len(actions), domain, tier, view_point,
+        condition = action_condition("forward_dynamics", len(actions), domain, tier, view_point,
                                raw_actions=torch.tensor(actions), image=Image.fromarray(first_frame))
         with encode_leading_frames(pipe, 1):  # only frame 0 conditions: the rest of the VAE's work is thrown away
             out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="np")
@@ -97,7 +97,9 @@ class Cosmos3Dynamics(ActionDynamics):
         from PIL import Image
 
         self._check_call(pipe, domain, steps, tier, view_point, fps)
-        condition = _condition("inverse_dynamics", len(video) - 1, domain, tier, view_point,
+        from worldtune.models.cosmos3_pipeline import action_condition
+
+        condition = action_condition("inverse_dynamics", len(video) - 1, domain, tier, view_point,
                                video=[Image.fromarray(f) for f in video])
         out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="latent")
         return out.action[0].float().numpy().astype(np.float32)
@@ -194,13 +196,6 @@ class Cosmos3Dynamics(ActionDynamics):
         from worldtune.models.cosmos3_actions import load_action_adapter_rows
 
         return load_action_adapter_rows(transformer, adapter_dir)
-
-
-def _condition(mode: str, chunk: int, domain: ActionDomain, tier: int, view_point: str, **inputs):
-    from diffusers import CosmosActionCondition
-
-    return CosmosActionCondition(mode=mode, chunk_size=chunk, domain_name=domain.name, resolution_tier=tier,
-                                 view_point=view_point, **inputs)
 
 
 def _call_kwargs(seed: int, steps: int, guidance: float, fps: float) -> dict[str, Any]:

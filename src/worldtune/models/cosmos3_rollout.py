@@ -31,7 +31,7 @@ import torch
 
 from worldtune.errors import ConfigError
 from worldtune.models.action_dynamics import ChunkRequest, ChunkSampler
-from worldtune.models.cosmos3_pipeline import encode_leading_frames
+from worldtune.models.cosmos3_pipeline import action_condition, encode_leading_frames
 
 MODE = "forward_dynamics"
 
@@ -124,9 +124,7 @@ def prepare_chunk(pipe, r: ChunkRequest) -> PreparedChunk:
     from diffusers.video_processor import VideoProcessor
     from PIL import Image
 
-    from worldtune.models.cosmos3_dynamics import _condition
-
-    condition = _condition(MODE, len(r.actions), r.domain, r.tier, r.view_point,
+    condition = action_condition(MODE, len(r.actions), r.domain, r.tier, r.view_point,
                            raw_actions=torch.tensor(np.asarray(r.actions)), image=Image.fromarray(r.first_frame))
     pipe.check_inputs(r.task, None, None, None, None, None, float(r.guidance), False, ["latents"], condition)
     num_frames, fps = condition.chunk_size + 1, float(r.fps)
