@@ -42,13 +42,20 @@ class _Pipe:
     pass
 
 
+class _FakeSampler:
+    """The stand-in model as a chunk sampler: each request through `fake_dynamics`."""
+
+    def run(self, requests):
+        return [fake_dynamics(None, r.first_frame, r.actions, r.domain, r.task, seed=r.seed) for r in requests]
+
+
 def start_fake(monkeypatch, tmp_path: Path, *args: str, dataset: Path | None = None):
     """A served stand-in model on a free loopback port (in a thread); the server and its record folder."""
     from worldtune.serve import server as srv_mod
     from worldtune.serve import world
 
     monkeypatch.setattr(world, "_load_pipeline", lambda cfg: (_Pipe(), "fake"))
-    monkeypatch.setattr(world, "forward_dynamics", fake_dynamics)
+    monkeypatch.setattr(world, "chunk_sampler", lambda pipe, sc: _FakeSampler())
     record = tmp_path / "record"
     size = () if dataset is not None else ("--serve.height", str(SIDE), "--serve.width", str(SIDE))
     cfg = load_config(None, ["--serve.port", "0", "--serve.tier", "256", "--serve.fps", "15", "--serve.chunk_size",

@@ -363,3 +363,67 @@ def test_no_judge_endpoint_means_no_judging(server, tmp_path):
     with pytest.raises(ConfigError, match="serve.record is none") as e:
         load_config(None, ["--serve.judge.endpoint", "http://127.0.0.1:8000/v1", "--serve.record", "none"])
     assert "\n" not in str(e.value)
+
+
+def test_steps_of_several_rollouts_in_one_batch_equal_lone_steps(server):
+    """Two rollouts stepped in one batch (one sampler call) get the chunks that two lone steps give, each from its own
+    seed; a step with a bad chunk is refused alone and the other step of its batch goes on."""
+    world = server.world
+    lone = {}
+    for seed in (11, 12):
+        rid, _ = world.reset(_first_frames(seed), TASK, seed)
+        lone[seed] = world.step(rid, policy(0))
+        world.end(rid)
+    runs = []
+    run = world.sampler.run
+    world.sampler.run = lambda requests: runs.append(len(requests)) or run(requests)
+    try:
+        a, _ = world.reset(_first_frames(11), TASK, 11)
+        b, _ = world.reset(_first_frames(12), TASK, 12)
+        bad, _ = world.reset(_first_frames(13), TASK, 13)
+        results = world.step_many([(a, policy(0)), (bad, np.zeros((K, 7), np.float32)), (b, policy(0))])
+    finally:
+        world.sampler.run = run
+    assert runs == [2 * len(world.rollouts[a].streams)]  # one call for both good steps
+    assert isinstance(results[1], ServeError) and "takes [K, 10]" in str(results[1])
+    for (frames, chunk), seed in ((results[0], 11), (results[2], 12)):
+        assert chunk == 1
+        for r in ROLES:
+            assert np.abs(frames[r].astype(np.int16) - lone[seed][r]).max() <= 1
+    for rid in (a, b, bad):
+        world.end(rid)
+
+
+def test_clients_stepping_at_once_each_get_their_own_chunk(server):
+    """Three clients step at the same moment over HTTP (the server may batch them): each gets its own rollout's
+    chunk, the one its seed gives alone."""
+    clients = [Client(server.url) for _ in range(3)]
+    for i, c in enumerate(clients):
+        c.reset(_first_frames(20 + i), TASK, seed=20 + i)
+    got: dict[int, dict] = {}
+    threads = [threading.Thread(target=lambda i=i, c=c: got.__setitem__(i, c.step(policy(0))))
+               for i, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in clients:
+        c.end()
+    for i in range(3):
+        solo = Client(server.url)
+        solo.reset(_first_frames(20 + i), TASK, seed=20 + i)
+        alone = solo.step(policy(0))
+        solo.end()
+        assert all(np.abs(got[i][r].astype(np.int16) - alone[r]).max() <= 1 for r in ROLES)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--serve.sampler", "pipeline", "--serve.cuda_graphs", "true"], "apply to serve.sampler"),
+    (["--serve.max_batch", "0"], "serve.max_batch must be > 0"),
+    (["--serve.batch_window", "-1"], "serve.batch_window must be >= 0"),
+])
+def test_bad_speed_settings_are_one_line_errors(args, words):
+    from worldtune.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words):
+        load_config(None, args)

@@ -44,6 +44,12 @@ class GenerateConfig(Section):
     batch_guidance: bool = Field(True, description="both guidance branches in one batch-2 DiT call")
     compile: bool | None = Field(None, description="regional torch.compile of each block; None = on CUDA")
     fused_adaln: bool = Field(True, description="adaLN modulation per frame instead of per token")
+    overlap_decode: bool = Field(True, description="on CUDA, decode each video on a stream of its own while the next "
+                                 "video samples (the same frames; off CUDA videos decode one after another)")
+    compile_vae: bool = Field(False, description="torch.compile the VAE decoder on CUDA (the first video of each shape "
+                              "compiles it first)")
+    cudnn_benchmark: bool | None = Field(None, description="let cuDNN time its convolution kernels for the VAE's "
+                                         "shapes and keep the fastest; None = on CUDA")
     fps: float | None = Field(None, description="fps of the written mp4s (and Predict2's fps input); "
                               "None = the inputs' (dataset fps / stride), else the model's")
     layout: dict[str, Any] | None = Field(None, description="camera layout (as in a dataset's info.json) for "

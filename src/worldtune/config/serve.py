@@ -91,6 +91,18 @@ class ServeConfig(Section):
                                 "a rollout")
     request_timeout: float = Field(60.0, description="seconds a client has to send a whole request; a stalled or "
                                    "idle connection is closed after this long")
+    sampler: Literal["worldtune", "pipeline"] = Field(
+        "worldtune", description="worldtune: the pipeline's forward-dynamics loop on fixed-shape buffers, the steps of "
+        "clients that step together generated in one transformer call (each client gets what a lone call gives); "
+        "pipeline: the plain pipeline call, one chunk at a time")
+    cuda_graphs: bool | None = Field(None, description="worldtune sampler: capture each transformer call shape as a "
+                                     "CUDA graph on its first chunk and replay it after; None = on CUDA")
+    compile: bool = Field(False, description="worldtune sampler: torch.compile the transformer's decoder layers (the "
+                          "first chunk of each shape compiles first)")
+    max_batch: int = Field(8, description="worldtune sampler: the most steps (of different rollouts) generated in "
+                           "one batch")
+    batch_window: float = Field(0.005, description="seconds a step waits for other clients' steps to join its batch "
+                                "(0 = only steps already waiting join)")
     judge: ServeJudgeConfig = Field(default_factory=ServeJudgeConfig, description="score each recorded rollout "
                                     "with a VLM judge (success, progress) when serve.judge.endpoint is set")
 
@@ -112,7 +124,12 @@ class ServeConfig(Section):
                 raise ValueError(f"serve.{side} must be a positive multiple of 16, got {v}")
         if self.fps is not None and self.fps <= 0:
             raise ValueError(f"serve.fps must be > 0, got {self.fps}")
-        for name in ("max_rollouts", "idle_timeout", "request_timeout"):
+        if self.sampler == "pipeline" and (self.cuda_graphs or self.compile):
+            raise ValueError("serve.cuda_graphs and serve.compile apply to serve.sampler = \"worldtune\": set that "
+                             "sampler or turn them off")
+        if self.batch_window < 0:
+            raise ValueError(f"serve.batch_window must be >= 0 seconds, got {self.batch_window}")
+        for name in ("max_rollouts", "idle_timeout", "request_timeout", "max_batch"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"serve.{name} must be > 0, got {getattr(self, name)}")
         return self

@@ -26,6 +26,7 @@ import os
 import shutil
 import time
 from collections import Counter
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from worldtune.console import Progress, plain, setting_up
 from worldtune.errors import ConfigError, DatasetError, GenerationError
 from worldtune.infer import baselines, records
 from worldtune.infer.adapters import AdapterFile, activate, check_adapter, load_adapters
+from worldtune.infer.decode_queue import DecodeQueue
 from worldtune.infer.inputs import GenerationInput, InputSet, load_condition, load_view_conditions, read_inputs
 from worldtune.infer.multiview import check_adapters_for_views, denoise_views, mosaic, separate_roles, view_model
 from worldtune.infer.prompts import PromptEmbeddings
@@ -148,6 +150,7 @@ def run(cfg: WorldtuneConfig) -> Path:
                 with setting_up(stage, f"loading {len(adapters)} adapters"):
                     load_adapters(pipe.transformer, adapters)
             _speed_up(pipe.transformer, g, settings, family.compile_dynamic)
+            _speed_up_vae(pipe.vae, g, device)
             if settings.compile:
                 plain(f"{stage}: torch.compile is on: the first video of each shape compiles the model first")
             _generate_all(pipe, spec, jobs, settings, embeds, out, rank, layout if g.split_views or roles else None,
@@ -288,6 +291,19 @@ def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings, dyna
         raise GenerationError(f"generate.attention_backend: {e}") from None
 
 
+def _speed_up_vae(vae: torch.nn.Module, g: GenerateConfig, device: torch.device) -> None:
+    """cuDNN's kernel search for the VAE's convolutions (generate.cudnn_benchmark) and a compiled VAE decoder
+    (generate.compile_vae), on CUDA only: both compute the same convolutions, within floating-point tolerance."""
+    if device.type != "cuda":
+        if g.compile_vae:
+            print("note: generate.compile_vae needs CUDA; decoding eagerly")
+        return
+    if g.cudnn_benchmark is not False:
+        torch.backends.cudnn.benchmark = True
+    if g.compile_vae:
+        vae.decoder.compile()
+
+
 # ------------------------------------------------------------------------------------------ plan
 def _params_hash(variant: Variant, item: GenerationInput, seed: int, s: Settings, base_fp: str,
                  cfg: WorldtuneConfig) -> str:
@@ -351,60 +367,94 @@ def _plan_baselines(out: Path, g: GenerateConfig, items: list[GenerationInput], 
 def generate_video(pipe, family, s: Settings, frames: np.ndarray | None, prompt: str,
                    prompt_embeds: torch.Tensor | None, negative_embeds: torch.Tensor | None, seed: int) -> np.ndarray:
     """One video [T,H,W,3] (float in [0,1], or uint8) for conditioning frames, a prompt (text and embeddings) and a seed."""
+    return family.decode_latents(pipe, sample_video(pipe, family, s, frames, prompt, prompt_embeds, negative_embeds,
+                                                    seed))
+
+
+@torch.no_grad()
+def sample_video(pipe, family, s: Settings, frames: np.ndarray | None, prompt: str,
+                 prompt_embeds: torch.Tensor | None, negative_embeds: torch.Tensor | None, seed: int) -> Any:
+    """`generate_video` up to its decode (`family.generate_latents`): what `family.decode_latents` turns into frames."""
     noise = initial_noise(seed, family.latent_shape(pipe, s.num_frames, s.height, s.width))
-    return family.generate(pipe, s, frames, prompt, prompt_embeds, negative_embeds, noise, seed)
+    return family.generate_latents(pipe, s, frames, prompt, prompt_embeds, negative_embeds, noise, seed)
 
 
 def _generate_all(pipe, spec, jobs: list[Job], s: Settings, embeds: PromptEmbeddings, out: Path, rank: int,
                   layout: dict | None, base_fp: str, cfg: WorldtuneConfig, stats: dict[str, Counter],
                   adapters_loaded: bool, stage: str = "generate") -> None:
+    """Every pending job in order. With generate.overlap_decode on CUDA, a video decodes (infer/decode_queue.py) while
+    the next one samples, and is written once the next one has sampled: the same files and rows, in the same order."""
+    from worldtune.models.frames import decode_view
+
     device = pipe.transformer.device
+    family = family_of(spec)
+    queue = DecodeQueue(device, cfg.generate.overlap_decode)
+    vae = decode_view(pipe.vae) if queue.background else None
     neg = embeds.get(s.negative_prompt, device) if s.guidance > 1 else None
     bad: dict[str, str] = {}  # input name -> why it was skipped (counted once per model variant)
     current: Variant | None = None
     mv = None  # the multi-view wrapper of the current variant (separate-views inputs)
     roles = separate_roles(layout)
     cached: tuple[str, Any] | None = None
+    pending: tuple[Job, Future, float] | None = None  # a video decoding while the next one samples
+
+    def finish(job: Job, video: np.ndarray, views: dict[str, np.ndarray], t0: float) -> None:
+        elapsed = time.perf_counter() - t0
+        row = _write_outputs(out, job, video, views, s, layout, base_fp, cfg, elapsed)
+        records.append_row(out, rank, row)
+        stats[job.variant.label]["generated"] += 1
+        stats[job.variant.label]["seconds"] += elapsed
+        bar.advance()
+
+    def finish_pending() -> None:
+        nonlocal pending
+        if pending is not None:
+            job, frames, t0 = pending
+            pending = None
+            video = frames.result()
+            finish(job, video, split_views(video, layout), t0)
+
     with Progress(stage, len(jobs), "videos") as bar:
-        for job in jobs:
-            if job.variant != current:
-                _switch(pipe.transformer, job.variant, adapters_loaded, cfg.generate.fuse)
-                current = job.variant
+        try:
+            for job in jobs:
+                if job.variant != current:
+                    _switch(pipe.transformer, job.variant, adapters_loaded, cfg.generate.fuse)
+                    current = job.variant
+                    if roles:
+                        mv = view_model(pipe.transformer, roles, job.variant.adapter.path if job.variant.adapter else None)
+                bar.info(f"{job.variant.label}: {job.item.name} s{job.seed}")
+                if job.item.name in bad:
+                    stats[job.variant.label]["skipped"] += 1
+                    bar.advance()
+                    continue
+                try:
+                    if cached is None or cached[0] != job.item.name:
+                        cond = load_view_conditions(job.item, s.height, s.width, s.resize) if roles else \
+                            load_condition(job.item, s.mode, s.cond_pixel_frames, s.height, s.width, s.resize)
+                        cached = (job.item.name, cond)
+                except (DatasetError, GenerationError) as e:
+                    bad[job.item.name] = str(e)
+                    bar.note(f"skip {job.item.name}: {e}")
+                    stats[job.variant.label]["skipped"] += 1
+                    bar.advance()
+                    continue
+                t0 = time.perf_counter()
+                pos = embeds.get(job.item.prompt, device)
                 if roles:
-                    mv = view_model(pipe.transformer, roles, job.variant.adapter.path if job.variant.adapter else None)
-            bar.info(f"{job.variant.label}: {job.item.name} s{job.seed}")
-            if job.item.name in bad:
-                stats[job.variant.label]["skipped"] += 1
-                bar.advance()
-                continue
-            try:
-                if cached is None or cached[0] != job.item.name:
-                    cond = load_view_conditions(job.item, s.height, s.width, s.resize) if roles else \
-                        load_condition(job.item, s.mode, s.cond_pixel_frames, s.height, s.width, s.resize)
-                    cached = (job.item.name, cond)
-            except (DatasetError, GenerationError) as e:
-                bad[job.item.name] = str(e)
-                bar.note(f"skip {job.item.name}: {e}")
-                stats[job.variant.label]["skipped"] += 1
-                bar.advance()
-                continue
-            t0 = time.perf_counter()
-            pos = embeds.get(job.item.prompt, device)
-            if roles:
-                views = {r: to_uint8(v) for r, v in denoise_views(
-                    pipe, mv, cached[1], pos, neg, job.seed, s.steps, s.guidance, s.num_frames, s.height, s.width,
-                    s.cond_timestep).items()}
-                video = mosaic(views)
-            else:
-                video = to_uint8(generate_video(pipe, family_of(spec), s, cached[1], job.item.prompt, pos, neg,
-                                                job.seed))
-                views = split_views(video, layout)
-            elapsed = time.perf_counter() - t0
-            row = _write_outputs(out, job, video, views, s, layout, base_fp, cfg, elapsed)
-            records.append_row(out, rank, row)
-            stats[job.variant.label]["generated"] += 1
-            stats[job.variant.label]["seconds"] += elapsed
-            bar.advance()
+                    views = {r: to_uint8(v) for r, v in denoise_views(
+                        pipe, mv, cached[1], pos, neg, job.seed, s.steps, s.guidance, s.num_frames, s.height, s.width,
+                        s.cond_timestep).items()}
+                    finish_pending()
+                    finish(job, mosaic(views), views, t0)
+                    continue
+                sampled = sample_video(pipe, family, s, cached[1], job.item.prompt, pos, neg, job.seed)
+                frames = queue.submit(lambda x=sampled: to_uint8(family.decode_latents(pipe, x, vae)),
+                                      (sampled,) if isinstance(sampled, torch.Tensor) else ())
+                finish_pending()  # the previous video decoded while this one sampled
+                pending = (job, frames, t0)
+            finish_pending()
+        finally:
+            queue.close()
 
 
 def _switch(transformer: torch.nn.Module, variant: Variant, adapters_loaded: bool, fuse: bool) -> None:

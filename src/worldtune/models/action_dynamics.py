@@ -7,7 +7,8 @@ A family whose model takes robot actions (Cosmos 3 today, through its pipeline's
   dataset's actions map onto one (an existing domain, or a free slot of its own), and the scaling that domain's
   actions are trained in;
 - **forward and inverse calls**: first frame + an action chunk -> video, and video -> the chunk, through the
-  model's own pipeline, on the canvas of a resolution tier and with a caption view point;
+  model's own pipeline, on the canvas of a resolution tier and with a caption view point; and a chunk sampler
+  (`chunk_sampler`) that runs several rollouts' forward chunks at once, as `worldtune serve` does;
 - **training**: the action caption's token ids, a clip's latents on the canvas, the per-sample prediction of a
   noised batch, the forward-dynamics sampler and the domain's trainable projection rows;
 - **adapters**: the facts an action adapter was trained with, and loading its domain rows into a transformer.
@@ -39,6 +40,37 @@ class ActionDomain:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class ChunkRequest:
+    """One forward-dynamics chunk to generate: `actions` [K, D] (checked, in the model's scaling) from
+    `first_frame` [H, W, 3] uint8, with the noise of `seed`; the other fields as `ActionDynamics.forward` takes."""
+
+    first_frame: Any
+    actions: Any
+    domain: ActionDomain
+    task: str
+    seed: int
+    steps: int
+    guidance: float
+    tier: int
+    view_point: str
+    fps: float
+
+
+class ChunkSampler:
+    """Forward-dynamics chunks one call at a time through `ActionDynamics.forward` (the plain pipeline call); a
+    family with a faster sampler returns its own from `ActionDynamics.chunk_sampler`."""
+
+    def __init__(self, dynamics: "ActionDynamics", pipe) -> None:
+        self.dynamics, self.pipe = dynamics, pipe
+
+    def run(self, requests: list[ChunkRequest]) -> list[np.ndarray]:
+        """The video [K+1, h, w, 3] uint8 of each request, in order; each equals a lone `forward` call's."""
+        return [self.dynamics.forward(self.pipe, r.first_frame, r.actions, r.domain, r.task, seed=r.seed,
+                                      steps=r.steps, guidance=r.guidance, tier=r.tier, view_point=r.view_point,
+                                      fps=r.fps) for r in requests]
 
 
 class ActionDynamics:
@@ -104,6 +136,12 @@ class ActionDynamics:
                 guidance: float, tier: int, view_point: str, fps: float) -> np.ndarray:
         """The action chunk [K, D] float32 (in the model's scaling) that leads through `video` [K+1, H, W, 3]."""
         raise NotImplementedError
+
+    def chunk_sampler(self, pipe, *, fast: bool, cuda_graphs: bool, compile: bool) -> ChunkSampler:
+        """A sampler of forward chunks for a loaded pipeline. `fast`: the family's own sampler where it has one
+        (several rollouts per transformer call, fixed-shape buffers, CUDA graphs with `cuda_graphs`, compiled
+        blocks with `compile`), else the plain pipeline call, one chunk at a time."""
+        return ChunkSampler(self, pipe)
 
     # ------------------------------------------------------------------ training
     def prompt_ids(self, pipe, tasks: list[str], chunk: int, canvas: tuple[int, int], fps: float,

@@ -304,18 +304,21 @@ class Cosmos3(ModelFamily):
 
     def generate(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
                  negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> np.ndarray:
-        """`Cosmos3OmniPipeline.__call__` itself, one video per call, as uint8 frames [T, H, W, 3].
+        """`Cosmos3OmniPipeline.__call__` itself, one video per call, as uint8 frames [T, H, W, 3]: the latents of
+        `generate_latents`, decoded by `decode_latents`."""
+        return self.decode_latents(pipe, self.generate_latents(pipe, s, frames, prompt, prompt_embeds, negative_embeds,
+                                                               noise, seed))
 
-        The pipeline samples the latents (VAE-encoding only the conditioning frames); `decode_to_frames`
-        decodes them to uint8 on the device, equal to the pipeline's float video through `to_uint8`. The
-        pipeline draws its noise from `generator`: a CPU generator
-        seeded with `seed` draws exactly `noise` (torch.randn on the CPU in float32, then moved). Passing
-        `latents=noise` instead would skip the pipeline's mixing of the clean conditioning frames into the
-        initial latents. The prompt's metadata sentences follow `template_flags`, as in the cache, so a
-        structured caption gets none. The pipeline's video guardrail is not run (worldtune loads none)."""
+    def generate_latents(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
+                         negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> torch.Tensor:
+        """The pipeline's sampled latents (VAE-encoding only the conditioning frames).
+
+        The pipeline draws its noise from `generator`: a CPU generator seeded with `seed` draws exactly `noise`
+        (torch.randn on the CPU in float32, then moved). Passing `latents=noise` instead would skip the pipeline's
+        mixing of the clean conditioning frames into the initial latents. The prompt's metadata sentences follow
+        `template_flags`, as in the cache, so a structured caption gets none. The pipeline's video guardrail is not
+        run (worldtune loads none)."""
         from PIL import Image
-
-        from worldtune.models.frames import decode_to_frames
 
         leading = 0 if frames is None else 1 if s.mode == "image2world" else 4 * (s.cond_latent_frames - 1) + 1
         kw: dict[str, Any] = dict(
@@ -328,8 +331,14 @@ class Cosmos3(ModelFamily):
             kw["video"] = [Image.fromarray(f) for f in frames]
             kw["condition_frame_indexes_vision"] = tuple(range(s.cond_latent_frames))
         with encode_leading_frames(pipe, leading):
-            latents = pipe(prompt, **kw).video
-        return decode_to_frames(pipe, latents)
+            return pipe(prompt, **kw).video
+
+    def decode_latents(self, pipe, sampled: torch.Tensor, vae: torch.nn.Module | None = None) -> np.ndarray:
+        """`decode_to_frames`: straight to uint8 on the device, equal to the pipeline's float video through
+        `to_uint8`."""
+        from worldtune.models.frames import decode_to_frames
+
+        return decode_to_frames(pipe, sampled, vae)
 
     # ------------------------------------------------------------------ adapters
     def save_adapter(self, out: Path, state_dict: dict[str, torch.Tensor], metadata: dict[str, Any]) -> Path:

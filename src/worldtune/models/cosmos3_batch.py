@@ -16,7 +16,7 @@ and returns the outputs in the batch's order.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -114,17 +114,20 @@ def merge_inputs(kws: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def call_grouped(model: torch.nn.Module, kws: list[dict[str, Any]]) -> list[tuple[Any, Any, Any]]:
+def call_grouped(model: torch.nn.Module, kws: list[dict[str, Any]],
+                 call: Callable[..., Any] | None = None) -> list[tuple[Any, Any, Any]]:
     """(video, sound, action) predictions of each sample, one model call per group of samples whose sequences
-    have the same shape (`model` may carry adapters or wrappers: `install` finds the attention modules inside)."""
+    have the same shape (`model` may carry adapters or wrappers: `install` finds the attention modules inside).
+    `call(**merged)` makes the call (default `model` itself; forward-dynamics serving passes a `StaticCall`)."""
     install(model)
+    call = call or model
     groups: dict[tuple[int, int, bool], list[int]] = {}
     for i, k in enumerate(kws):
         groups.setdefault((k["und_len"], k["sequence_length"], "action_tokens" in k), []).append(i)
     outs: list[Any] = [None] * len(kws)
     _BATCHES.clear()  # the last batch's backward (and its recomputed layers) is done
     for members in groups.values():
-        video, sound, action = model(**merge_inputs([kws[i] for i in members]))
+        video, sound, action = call(**merge_inputs([kws[i] for i in members]))
         for j, i in enumerate(members):
             outs[i] = (video[j], sound[j] if sound is not None else None, action[j] if action is not None else None)
     return outs

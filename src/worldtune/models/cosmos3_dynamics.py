@@ -81,11 +81,11 @@ class Cosmos3Dynamics(ActionDynamics):
         import torch
         from PIL import Image
 
-        from worldtune.models.cosmos3_pipeline import encode_leading_frames
+        from worldtune.models.cosmos3_pipeline import action_condition, encode_leading_frames
         from worldtune.models.latents import to_uint8
 
         self._check_call(pipe, domain, steps, tier, view_point, fps)
-        condition = _condition("forward_dynamics", len(actions), domain, tier, view_point,
+        condition = action_condition("forward_dynamics", len(actions), domain, tier, view_point,
                                raw_actions=torch.tensor(actions), image=Image.fromarray(first_frame))
         with encode_leading_frames(pipe, 1):  # only frame 0 conditions: the rest of the VAE's work is thrown away
             out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="np")
@@ -97,10 +97,21 @@ class Cosmos3Dynamics(ActionDynamics):
         from PIL import Image
 
         self._check_call(pipe, domain, steps, tier, view_point, fps)
-        condition = _condition("inverse_dynamics", len(video) - 1, domain, tier, view_point,
+        from worldtune.models.cosmos3_pipeline import action_condition
+
+        condition = action_condition("inverse_dynamics", len(video) - 1, domain, tier, view_point,
                                video=[Image.fromarray(f) for f in video])
         out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="latent")
         return out.action[0].float().numpy().astype(np.float32)
+
+    def chunk_sampler(self, pipe, *, fast: bool, cuda_graphs: bool, compile: bool):
+        """`fast`: models/cosmos3_rollout.py's sampler (several rollouts per transformer call, fixed buffers, CUDA
+        graphs); else the plain pipeline call per chunk."""
+        if not fast:
+            return super().chunk_sampler(pipe, fast=False, cuda_graphs=False, compile=False)
+        from worldtune.models.cosmos3_rollout import Cosmos3ChunkSampler
+
+        return Cosmos3ChunkSampler(self, pipe, cuda_graphs=cuda_graphs, compile=compile)
 
     def _check_call(self, pipe, domain: ActionDomain, steps: int, tier: int, view_point: str, fps: float) -> None:
         """One-line errors for what the pipeline would refuse deep inside; registers a new domain."""
@@ -185,13 +196,6 @@ class Cosmos3Dynamics(ActionDynamics):
         from worldtune.models.cosmos3_actions import load_action_adapter_rows
 
         return load_action_adapter_rows(transformer, adapter_dir)
-
-
-def _condition(mode: str, chunk: int, domain: ActionDomain, tier: int, view_point: str, **inputs):
-    from diffusers import CosmosActionCondition
-
-    return CosmosActionCondition(mode=mode, chunk_size=chunk, domain_name=domain.name, resolution_tier=tier,
-                                 view_point=view_point, **inputs)
 
 
 def _call_kwargs(seed: int, steps: int, guidance: float, fps: float) -> dict[str, Any]:

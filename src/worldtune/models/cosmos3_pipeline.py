@@ -51,6 +51,14 @@ def transformer_inputs(config, input_ids: torch.Tensor, x_t: torch.Tensor, frame
         vision_noisy_frame_indexes=vision["vision_noisy_frame_indexes"], return_dict=False)
 
 
+def action_condition(mode: str, chunk: int, domain, tier: int, view_point: str, **inputs):
+    """The pipeline's `CosmosActionCondition` of an action run of `chunk` steps in `domain` (an ActionDomain)."""
+    from diffusers import CosmosActionCondition
+
+    return CosmosActionCondition(mode=mode, chunk_size=chunk, domain_name=domain.name, resolution_tier=tier,
+                                 view_point=view_point, **inputs)
+
+
 @contextmanager
 def encode_leading_frames(pipe, pixel_frames: int):
     """Within the block, the pipeline VAE-encodes only the first `pixel_frames` frames of its conditioning

@@ -193,6 +193,18 @@ class ModelFamily:
         pipeline draw it passes a CPU generator seeded with `seed`, which draws the same tensor."""
         raise NotImplementedError
 
+    def generate_latents(self, pipe, s, frames: np.ndarray | None, prompt: str, prompt_embeds: torch.Tensor | None,
+                         negative_embeds: torch.Tensor | None, noise: torch.Tensor, seed: int) -> Any:
+        """The sampling half of `generate`; `decode_latents` of its result gives `generate`'s frames. Split so that
+        generation can decode one video while the next one samples. The default samples and decodes here (a family
+        whose pipeline decodes inside its call) and `decode_latents` passes the frames on."""
+        return self.generate(pipe, s, frames, prompt, prompt_embeds, negative_embeds, noise, seed)
+
+    def decode_latents(self, pipe, sampled: Any, vae: torch.nn.Module | None = None) -> np.ndarray:
+        """The frames of `generate_latents`' result; `vae` (a `frames.decode_view` of the pipeline's VAE, with caches
+        of its own) decodes where given, so that a decode in another thread leaves the pipeline's VAE alone."""
+        return sampled
+
     def sample_from_first_latent(self, transformer: torch.nn.Module, scheduler, x0: torch.Tensor,
                                  text: torch.Tensor, noise: torch.Tensor, steps: int, guidance: float,
                                  fps: float | None = None) -> torch.Tensor:

@@ -19,6 +19,15 @@ import numpy as np
 import torch
 
 
+def decode_view(vae: torch.nn.Module) -> torch.nn.Module:
+    """The VAE as a second object sharing every weight but not the feature caches the Wan VAE keeps on itself
+    (`clear_cache` resets the encoder's and the decoder's together), so one thread can decode with it while
+    another encodes with the original."""
+    import copy
+
+    return copy.copy(vae)
+
+
 def unnormalize(pipe, latents: torch.Tensor) -> torch.Tensor:
     """Normalised Cosmos 3 latents ([C, T, H, W] or [1, C, T, H, W]) -> raw VAE latents, as the pipeline does it
     (statistics in the VAE's dtype, divide by the inverse std)."""
@@ -42,12 +51,12 @@ def _streamable(vae) -> bool:
 
 
 @torch.no_grad()
-def decode_to_frames(pipe, latents: torch.Tensor) -> np.ndarray:
+def decode_to_frames(pipe, latents: torch.Tensor, vae: torch.nn.Module | None = None) -> np.ndarray:
     """One video's latents -> uint8 frames [F, H, W, 3] on the host, equal to the pipeline's float output
-    passed through `to_uint8`."""
+    passed through `to_uint8`; `vae` (a `decode_view` of the pipeline's) decodes where given."""
     from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
 
-    vae, out_dtype = pipe.vae, latents.dtype
+    vae, out_dtype = vae if vae is not None else pipe.vae, latents.dtype
     z = unnormalize(pipe, latents)
     if not _streamable(vae):
         pixels = vae.decode(z).sample.to(out_dtype)

@@ -10,8 +10,9 @@ Endpoints (bodies and answers are JSON; arrays as in `serve/protocol.py`):
     POST /end    {"rollout": id} -> {"rollout": id, "recorded": folder or null, "judge": verdict or null}
 
 Several clients share the server: each `reset` opens a rollout of its own under a fresh id, which its `step`s and
-`end` name, so no client can step or end another's (up to serve.max_rollouts at once; the model generates one
-chunk at a time, the others wait). A rollout without a step for serve.idle_timeout seconds is ended and recorded
+`end` name, so no client can step or end another's (up to serve.max_rollouts at once). The model runs one call at
+a time; steps of several rollouts that arrive together (within serve.batch_window, or while the model is busy) are
+generated in one batch of at most serve.max_batch (`StepBatcher`), each rollout's chunk what a lone step gives. A rollout without a step for serve.idle_timeout seconds is ended and recorded
 by the server; a later `end` gets that recording, a later `step` status 410.
 
 A request that is wrong gets a 4xx status and {"error": one line}; the server keeps serving, and the rollout is
@@ -54,6 +55,50 @@ class ClientGone(Exception):
     """The client closed or reset its connection: there is no one to answer."""
 
 
+class _Pending:
+    """One step waiting for its batch: what was asked, and (when `done` is set) its result or error."""
+
+    def __init__(self, rid: str, actions: Any) -> None:
+        self.rid, self.actions = rid, actions
+        self.result: Any = None
+        self.done = threading.Event()
+
+
+class StepBatcher:
+    """Steps of several rollouts in one model call: a step joins a queue, waits up to `window` seconds for others,
+    then whichever waiting request gets the model lock first generates up to `max_batch` queued steps at once and
+    hands every one its result. Steps that arrive while the model is busy queue up, so they batch by themselves."""
+
+    def __init__(self, world: WorldModel, lock: threading.Lock, max_batch: int, window: float) -> None:
+        self.world, self.lock, self.max_batch, self.window = world, lock, max_batch, window
+        self._queue: list[_Pending] = []
+        self._guard = threading.Lock()
+
+    def step(self, rid: str, actions: Any) -> tuple[dict[str, Any], int]:
+        """(frames, chunk count) of one step of rollout `rid`; its error raised as the lone step would raise it."""
+        item = _Pending(rid, actions)
+        with self._guard:
+            self._queue.append(item)
+        if self.window > 0:
+            item.done.wait(self.window)  # let the other clients' steps arrive
+        while not item.done.is_set():
+            with self.lock:
+                if item.done.is_set():
+                    break
+                with self._guard:
+                    batch, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
+                try:
+                    results = self.world.step_many([(p.rid, p.actions) for p in batch])
+                except BaseException as e:  # a failure of the whole call: every step in it gets the error
+                    results = [e] * len(batch)
+                for p, r in zip(batch, results):
+                    p.result = r
+                    p.done.set()
+        if isinstance(item.result, BaseException):
+            raise item.result
+        return item.result
+
+
 class WorldServer(ThreadingHTTPServer):
     """An HTTP server holding one `WorldModel`; model calls take its lock, so they run one at a time. A watcher
     thread ends idle rollouts; `close` ends the rest and releases the record folder."""
@@ -65,6 +110,7 @@ class WorldServer(ThreadingHTTPServer):
                  lock: OutputLock | None = None) -> None:
         super().__init__((host, port), _Handler)
         self.world, self.lock, self.request_timeout = world, threading.Lock(), request_timeout
+        self.batcher = StepBatcher(world, self.lock, world.sc.max_batch, world.sc.batch_window)
         self._folder_lock = lock
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch_idle, name="serve-idle", daemon=True)
@@ -133,8 +179,11 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._body()
             if route is None:
                 raise Refused(f"no endpoint POST {self.path}: use {', '.join(routes)}", 404)
-            with self.server.lock:
+            if route == self._step:  # the batcher takes the model's lock itself
                 answer = route(body)
+            else:
+                with self.server.lock:
+                    answer = route(body)
             self._reply(HTTPStatus.OK, answer)
         except Refused as e:
             self._reply(e.status, {"error": str(e)})
@@ -158,9 +207,8 @@ class _Handler(BaseHTTPRequestHandler):
         rid = check_rollout_id(body, "step")
         if "actions" not in body:
             raise ServeError("step: the body has no \"actions\" (a [K, D] array)")
-        world = self.server.world
-        frames = world.step(rid, decode_array(body["actions"], "actions"))
-        return {"rollout": rid, "frames": encode_frames(frames), "chunk": world.rollouts[rid].chunks}
+        frames, chunk = self.server.batcher.step(rid, decode_array(body["actions"], "actions"))
+        return {"rollout": rid, "frames": encode_frames(frames), "chunk": chunk}
 
     def _end(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.server.world.end(check_rollout_id(body, "end")).to_json()

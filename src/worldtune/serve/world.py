@@ -28,8 +28,8 @@ import torch
 from worldtune.config import ServeConfig, WorldtuneConfig
 from worldtune.data.layout import Layout, SingleLayout, layout_from_dict
 from worldtune.errors import ConfigError, DatasetError, ServeError, WorldtuneError
-from worldtune.infer.dynamics import check_actions, forward_dynamics
-from worldtune.models.action_dynamics import ActionDomain
+from worldtune.infer.dynamics import check_actions
+from worldtune.models.action_dynamics import ActionDomain, ChunkRequest, ChunkSampler
 from worldtune.models.family import action_dynamics, family_of, pipeline_dynamics
 from worldtune.names import safe_names, shown
 from worldtune.serve.cameras import CameraMap, check_stream_size, returned_size
@@ -78,12 +78,15 @@ class Rollout:
 
 class WorldModel:
     """One loaded model and the rollouts of every client, each under the id its `reset` returned (callers
-    serialise access: the model runs one chunk at a time)."""
+    serialise access: the model runs one sampler call at a time; `step_many` puts several rollouts' steps in one)."""
 
     def __init__(self, pipe, actions: ActionSpace, layout: Layout, size: tuple[int, int] | None, fps: float,
                  sc: ServeConfig, keys: dict[str, str], model_label: str, record: str | None = None,
-                 tier: int | None = None, view_point: str | None = None, judge: RolloutJudge | None = None) -> None:
+                 tier: int | None = None, view_point: str | None = None, judge: RolloutJudge | None = None,
+                 sampler: ChunkSampler | None = None) -> None:
         self.pipe, self.actions, self.layout, self.fps, self.sc = pipe, actions, layout, fps, sc
+        # generates the chunks (models/action_dynamics.py); None: the plain pipeline call, one chunk at a time
+        self.sampler = sampler or ChunkSampler(pipeline_dynamics(pipe), pipe)
         self.judge = judge  # scores each recorded rollout at its end; None: no judging
         self.keys = safe_names(keys, "the camera keys")  # role -> camera key in the recorded episodes (a folder name)
         self.model_label, self.record = model_label, record
@@ -158,6 +161,33 @@ class WorldModel:
 
     def step(self, rid: str, actions: Any) -> dict[str, np.ndarray]:
         """Generate one chunk of rollout `rid`: {role: [K, h, w, 3]}, the frames after each of the K actions."""
+        frames, _ = self._raise(self.step_many([(rid, actions)])[0])
+        return frames
+
+    def step_many(self, steps: list[tuple[str, Any]]) -> list[tuple[dict[str, np.ndarray], int] | Exception]:
+        """Generate one chunk of each rollout named, in one sampler call where they can share it: per step, (its
+        frames {role: [K, h, w, 3]}, the rollout's chunk count) or the error that refused it. Each rollout's chunk is
+        what a lone `step` gives (its noise comes from its own seed); a rollout named twice steps twice, in order."""
+        results: list[Any] = [None] * len(steps)
+        todo = list(range(len(steps)))
+        while todo:  # rounds in which every rollout steps once: a second step needs the first's last frame
+            seen: set[str] = set()
+            now = [i for i in todo if not (steps[i][0] in seen or seen.add(steps[i][0]))]
+            todo = [i for i in todo if i not in now]
+            checked = []
+            for i in now:
+                try:
+                    checked.append((i, *self._check_step(*steps[i])))
+                except WorldtuneError as e:
+                    results[i] = e
+            requests = [self._request(r, model_actions, s) for _, r, _, model_actions in checked for s in r.streams]
+            videos = iter(self.sampler.run(requests) if requests else [])
+            for i, r, raw, _ in checked:
+                results[i] = (self._advance(r, [next(videos) for _ in r.streams], raw), r.chunks)
+        return results
+
+    def _check_step(self, rid: str, actions: Any) -> tuple[Rollout, np.ndarray, np.ndarray]:
+        """(the rollout, the raw chunk, the chunk in the model's scaling), or the one-line error refusing the step."""
         r = self._open(rid, "step")
         if r.unwritten is not None:
             raise Refused(f"step: rollout {rid} has ended and waits to be recorded ({r.unwritten}): call end again",
@@ -173,10 +203,15 @@ class WorldModel:
         if not np.isfinite(model_actions).all():
             raise ServeError("step: the actions are outside what the normalisation can scale (not finite after "
                              "scaling)")
-        videos = [forward_dynamics(self.pipe, s, model_actions, self.actions.domain, r.instruction,
-                                   seed=r.seed + r.chunks, steps=self.sc.steps, guidance=self.sc.guidance,
-                                   tier=self.tier, view_point=self.view_point, fps=self.fps)
-                  for s in r.streams]
+        return r, raw, model_actions
+
+    def _request(self, r: Rollout, model_actions: np.ndarray, stream: np.ndarray) -> ChunkRequest:
+        """The chunk of one model stream of a rollout: chunk c of a rollout reset with seed s has seed s + c."""
+        return ChunkRequest(stream, model_actions, self.actions.domain, r.instruction, r.seed + r.chunks,
+                            self.sc.steps, self.sc.guidance, self.tier, self.view_point, self.fps)
+
+    def _advance(self, r: Rollout, videos: list[np.ndarray], raw: np.ndarray) -> dict[str, np.ndarray]:
+        """Take a generated chunk into the rollout (its last frames start the next chunk, the recording grows)."""
         r.streams = [v[-1] for v in videos]
         r.chunks += 1
         r.used = time.monotonic()
@@ -185,6 +220,12 @@ class WorldModel:
         if r.recording is not None:
             r.recording.add(out, raw)
         return out
+
+    @staticmethod
+    def _raise(result: Any) -> Any:
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     def end(self, rid: str) -> Ended:
         """End rollout `rid`: record it, then (with a judge) score the recording. `recorded` is None when nothing
@@ -303,7 +344,18 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
     tier = sc.tier if sc.tier != "auto" else trained.get("tier")
     view_point = sc.view_point if sc.view_point != "auto" else trained.get("view_point")
     return WorldModel(pipe, actions, layout, size, fps, sc, keys, label, sc.record, tier, view_point,
-                      rollout_judge(sc.judge))
+                      rollout_judge(sc.judge), chunk_sampler(pipe, sc))
+
+
+def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
+    """The sampler serve.sampler names: worldtune's (batched rollouts, fixed buffers, CUDA graphs by default on CUDA)
+    or the plain pipeline call."""
+    cuda = pipe._get_execution_device().type == "cuda"
+    graphs = cuda if sc.cuda_graphs is None else sc.cuda_graphs
+    if graphs and not cuda:
+        raise ConfigError("serve.cuda_graphs = true needs a CUDA device: unset it (or set it false) on CPU")
+    return pipeline_dynamics(pipe).chunk_sampler(pipe, fast=sc.sampler == "worldtune", cuda_graphs=graphs,
+                                                 compile=sc.compile)
 
 
 def _smallest_tier(height: int, width: int) -> int:
