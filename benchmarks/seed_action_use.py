@@ -29,24 +29,7 @@ from pathlib import Path
 
 import torch
 
-SIGMAS = (0.3, 0.6, 0.9)
-
-
-def trainer_for(demo: Path, model: str, out: Path, task: str = "forward_dynamics", steps: int = 1,
-                mode: str = "lora", model_path: Path | None = None):
-    """A Trainer of the demo's action recipe on the demo's clips (full fine-tunes: batch 8, AdamW 5e-4), of the
-    demo's model folder or `model_path`."""
-    from worldtune.demo import demo_config
-    from worldtune.train.trainer import Trainer
-
-    cfg = demo_config(demo, steps, model, actions=True)
-    if model_path is not None:
-        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(model_path)})})
-    update = {"out": str(out), "resume": None, "task": task, "steps": steps}
-    if mode == "full":
-        update.update(mode="full", batch_size=8, lr=5e-4, warmup=20, val_every=0, log_every=50,
-                      checkpoint=cfg.train.checkpoint.model_copy(update={"every": 0}))
-    return Trainer(cfg.model_copy(update={"train": cfg.train.model_copy(update=update)}))
+from worldtune.eval.action_use import SIGMAS, forward_dynamics_losses, trainer_for
 
 
 def finetune(demo: Path, model: str, task: str, steps: int) -> Path:
@@ -68,23 +51,7 @@ def finetune(demo: Path, model: str, task: str, steps: int) -> Path:
 def losses(demo: Path, model: str, model_path: Path | None = None) -> dict[str, dict[str, list[float]]]:
     """{"text"|"no_text": {"own"|"other"|"zeros": [loss per clip]}}, averaged over SIGMAS."""
     trainer = trainer_for(demo, model, demo / "runs" / "action_use", model_path=model_path)
-    data = trainer.val_set if len(trainer.val_set) else trainer.train_set
-    items = [trainer._item(data, i) for i in range(len(data))]
-    out: dict[str, dict[str, list[float]]] = {}
-    with torch.no_grad():
-        for caption in ("text", "no_text"):
-            rows: dict[str, list[float]] = {"own": [], "other": [], "zeros": []}
-            for i, item in enumerate(items):
-                x0, text, actions = trainer._inputs([item])
-                _, _, foreign = trainer._inputs([items[(i + 1) % len(items)]])
-                if caption == "no_text":
-                    text = text[:, [1, 1]]  # both rows the dropped caption
-                for name, acts in (("own", actions), ("other", foreign), ("zeros", torch.zeros_like(actions))):
-                    rows[name].append(sum(float(trainer._forward_loss(
-                        x0, text, [1000 + i], model=trainer.transformer, actions=acts, modes=["forward_dynamics"],
-                        sigma=[s], num_cond=[1])) for s in SIGMAS) / len(SIGMAS))
-            out[caption] = rows
-    return out
+    return {caption: forward_dynamics_losses(trainer, drop_text=caption == "no_text") for caption in ("text", "no_text")}
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -91,9 +91,11 @@ def action_overrides(out: Path) -> list[str]:
             "--trajectories.cosmos3.steps", "8"]
 
 
-def demo_config(out: Path, steps: int, model: str = "tiny-predict2.5", actions: bool = False) -> WorldtuneConfig:
+def demo_config(out: Path, steps: int, model: str = "tiny-predict2.5", actions: bool = False,
+                overrides: Sequence[str] = ()) -> WorldtuneConfig:
     """The demo recipe (configs/demo.toml): 17-frame grid clips of the model's size; with `actions`, forward
-    dynamics on the robot's actions instead of text-and-image to video."""
+    dynamics on the robot's actions instead of text-and-image to video. `overrides` (dotted `--section.key value`,
+    applied last) make a smaller run of the same recipe, as the learning tests do."""
     o = str(out)
     return load_config(None, [
         "--model.path", f"{o}/model",
@@ -110,7 +112,7 @@ def demo_config(out: Path, steps: int, model: str = "tiny-predict2.5", actions: 
         "--idm.dataset", f"{o}/lerobot", "--idm.out", f"{o}/runs/idm", "--idm.steps", "200", "--idm.resume", "auto",
         "--trajectories.generations", f"{o}/generations", "--trajectories.idm", f"{o}/runs/idm",
         "--trajectories.evaluation", f"{o}/eval", "--trajectories.out", f"{o}/trajectories",
-        *model_overrides(model), *(action_overrides(out) if actions else []),
+        *model_overrides(model), *(action_overrides(out) if actions else []), *overrides,
     ])
 
 

@@ -27,11 +27,14 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from worldtune.config import WorldtuneConfig, load_config
 from worldtune.console import plain
 from worldtune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from worldtune.models.action_dynamics import ActionDomain
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,32 @@ RECIPES: dict[str, SeedRecipe] = {
 }
 
 
+ACTION_TASK = "joint"  # a recipe with actions: forward dynamics, inverse dynamics and policy, drawn per clip
+
+
 def recipe_for(name: str) -> SeedRecipe:
     try:
         return RECIPES[name]
     except KeyError:
         raise ConfigError(f"no seed recipe named {name}: one of {', '.join(RECIPES)}") from None
+
+
+def trained_action_domain(name: str) -> ActionDomain | None:
+    """The embodiment slot whose action rows a shipped seed model trained both ways (in: forward dynamics; out: inverse
+    dynamics and policy), or None for a seed made without actions. A recipe with actions trains ACTION_TASK on the
+    scene robot's actions in the slot `worldtune prepare` gives that robot, which this resolves the same way; the
+    shipped manifest's recipe (what the weights were made with) says whether actions were trained, so a labeller can
+    tell a slot the seed learned from one it never saw."""
+    from worldtune.data.synthetic import ACTION_NAMES, ROBOT_TYPE
+    from worldtune.models.family import action_dynamics
+    from worldtune.models.registry import get_spec
+    from worldtune.models.seeds import read_manifest
+    from worldtune.train.action_flow import predicts_actions
+
+    if not read_manifest(name).get("recipe", {}).get("actions") or not predicts_actions(ACTION_TASK):
+        return None
+    return action_dynamics(get_spec(name)).resolve_domain(None, None, len(ACTION_NAMES), ROBOT_TYPE,
+                                                          f"the {name} recipe's scene")
 
 
 def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = None) -> WorldtuneConfig:
@@ -105,7 +129,7 @@ def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = No
         "--train.val_every", "1000", "--train.val_samples", "16",
         "--train.val_videos", "0", "--train.log_every", "50", "--train.checkpoint.every", "1000",
         "--train.checkpoint.keep", "1", "--train.resume", "auto", "--train.tensorboard", "false",
-        *(("--prepare.actions.key", "action", "--train.task", "joint") if recipe.actions else ()),
+        *(("--prepare.actions.key", "action", "--train.task", ACTION_TASK) if recipe.actions else ()),
         *recipe.stage_overrides, *(overrides or []),
     ])
 

@@ -126,3 +126,30 @@ def test_cosmos3_labeller_bad_inputs_are_one_line_errors(fd_trained, setup, tmp_
         run(_cfg(fd_trained, setup, tmp_path / "b", "--trajectories.labeller", "cosmos3", "--model.path",
                  str(tiny_model_dir)))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_untrained_rows_warning_is_true_for_the_seed_and_for_a_new_robot(fd_trained, tmp_path, capsys):
+    """The seed-cosmos3 checkpoint trained its scene robot's slot both ways (its recipe's joint task), so labelling
+    that robot warns of nothing; a robot the seed never saw, in a slot the seed never trained, still gets the warning,
+    as does the scene robot on a random checkpoint (tiny-cosmos3: nothing trained anywhere)."""
+    from worldtune.data.actions import read_index
+    from worldtune.idm.cosmos3 import load_cosmos3_labeler
+
+    def labeller(dataset: Path, *model: str):
+        return load_cosmos3_labeler(load_config(None, [*model, "--trajectories.cosmos3.dataset", str(dataset),
+                                                       "--trajectories.device", "cpu"]), None, 15.0)
+
+    index = read_index(fd_trained["dataset"])
+    assert index["domain"]["new"]  # the scene robot has no released Cosmos 3 domain: a new slot
+    seed = labeller(fd_trained["dataset"], "--model.name", "seed-cosmos3")
+    assert (seed.output_rows, seed.note) == ("checkpoint", None)
+    assert "warning" not in capsys.readouterr().out
+
+    other = Path(shutil.copytree(fd_trained["dataset"], tmp_path / "other", ignore=shutil.ignore_patterns("cache")))
+    domain = {**index["domain"], "name": "another_gantry_4d", "id": index["domain"]["id"] - 1}
+    (other / "actions.json").write_text(json.dumps({**index, "domain": domain}))
+    unseen = labeller(other, "--model.name", "seed-cosmos3")
+    assert unseen.note is not None and "another_gantry_4d" in unseen.note
+    assert "warning: domain 'another_gantry_4d'" in capsys.readouterr().out
+    random = labeller(fd_trained["dataset"], "--model.path", str(fd_trained["model"]))
+    assert random.note is not None and index["domain"]["name"] in random.note

@@ -41,6 +41,8 @@ SCENE_VERSION = "2026.12.1"
 CAMERA_NAMES: tuple[str, ...] = ("exterior_1_left", "exterior_2_left", "wrist_left")
 FEATURE_PREFIX = "observation.images."
 FPS = 15
+ROBOT_TYPE = "worldtune_synthetic_gantry"  # info.json's robot_type: Cosmos 3 gives the robot a slot named after it
+ACTION_NAMES: tuple[str, ...] = ("x", "y", "z", "gripper")  # the gripper's next position and opening
 _ROLE_ALIASES = {"exterior_1": "exterior_1_left", "exterior_2": "exterior_2_left", "wrist": "wrist_left"}
 
 
@@ -349,8 +351,8 @@ def _features(height: int, width: int, version: str, codec: str) -> dict:
     for name in CAMERA_NAMES:
         feats[FEATURE_PREFIX + name] = {"dtype": "video", "shape": [height, width, 3],
                                         "names": ["height", "width", "channels"], "info": vinfo}
-    feats["observation.state"] = {"dtype": "float32", "shape": [4], "names": ["x", "y", "z", "gripper"]}
-    feats["action"] = {"dtype": "float32", "shape": [4], "names": ["x", "y", "z", "gripper"]}
+    feats["observation.state"] = {"dtype": "float32", "shape": [len(ACTION_NAMES)], "names": list(ACTION_NAMES)}
+    feats["action"] = {"dtype": "float32", "shape": [len(ACTION_NAMES)], "names": list(ACTION_NAMES)}
     feats["is_episode_successful"] = {"dtype": "bool", "shape": [1], "names": None}
     for k in ("timestamp",):
         feats[k] = {"dtype": "float32", "shape": [1], "names": None}
@@ -441,7 +443,7 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
         tasks.setdefault(e.task, len(tasks))
     per_file = episodes_per_file or max(1, len(eps))
     info = {
-        "codebase_version": version, "robot_type": "worldtune_synthetic_gantry",
+        "codebase_version": version, "robot_type": ROBOT_TYPE,
         "total_episodes": len(eps), "total_frames": sum(e.length for e in eps), "total_tasks": len(tasks),
         "chunks_size": 1000, "fps": FPS, "splits": {"train": f"0:{len(eps)}"},
         "features": _features(height, width, version, codec),

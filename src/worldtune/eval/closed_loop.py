@@ -87,7 +87,8 @@ def score(videos: Sequence[dict[str, Any]], label: Labeller, drives: Mapping[str
 
 def run(generations: Path, dataset: Path, labellers: Mapping[str, tuple[Labeller, np.ndarray, list[str], str]]
         ) -> dict[str, Any]:
-    """Label every video of an actions-mode generation folder (and its real clips) with each labeller
+    """Label every video of a generation folder (actions mode, or videos made from a clip's first frame; baselines
+    too) and its real clips with each labeller
     {kind: (label, its mean action, action names, what it reads: "views" or "video")}; per labeller and model,
     the consistency with the chunks that drove the videos."""
     from worldtune.data.actions import clip_chunk, load_clip
@@ -98,13 +99,13 @@ def run(generations: Path, dataset: Path, labellers: Mapping[str, tuple[Labeller
     rows = list(records.all_rows(generations).values())
     manifest = _manifest(dataset)
     drives = {name: clip_chunk(load_clip(dataset, name)["action"], int(manifest[name].get("stride") or 1))
-              for name in {str(r["actions_from"]) for r in rows} | {str(r["name"]) for r in rows}}
+              for name in {_drive(r) for r in rows} | {str(r["name"]) for r in rows}}
     by_model: dict[str, list[dict[str, Any]]] = defaultdict(list)
     real: dict[str, dict[str, Any]] = {}
     for r in sorted(rows, key=lambda r: (str(r["model"]), str(r["name"]), int(r["seed"]))):
         name = str(r["name"])
         by_model[str(r["model"])].append({"views": r["views"], "video": r["video"], "task": r.get("instruction"),
-                                          "name": name, "drive": str(r["actions_from"])})
+                                          "name": name, "drive": _drive(r)})
         real[name] = {"views": r["ground_truth_views"], "video": r["ground_truth"], "task": r.get("instruction"),
                       "name": name, "drive": name}
     out: dict[str, Any] = {}
@@ -120,6 +121,13 @@ def run(generations: Path, dataset: Path, labellers: Mapping[str, tuple[Labeller
         models[REAL] = score(list(real.values()), label, drives, mean, names, read)
         out[kind] = {"action_names": list(names), "models": models}
     return out
+
+
+def _drive(row: dict[str, Any]) -> str:
+    """The clip whose actions a generated video is held to: the chunk that drove it (actions mode), else its own
+    clip's (a video generated from the clip's first frame and instruction, or a baseline: a labeller reading it
+    should find what the robot did from there)."""
+    return str(row.get("actions_from") or row["name"])
 
 
 def idm_labeller(path: str, device: str = "auto") -> tuple[Labeller, np.ndarray, list[str], str]:

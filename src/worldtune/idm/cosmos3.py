@@ -20,19 +20,23 @@ projection and their velocity out through its row of the OUTPUT projection. An a
 `load_action_adapter_rows` writes both into the model. A forward-dynamics adapter trains only the input rows, and
 the base model has none of its own for a new robot: on a new domain slot without an inverse-dynamics adapter the
 output rows are the checkpoint's untouched slot and the labels are meaningless, which the labeller says (a
-warning, and `note` in the provenance). `compare` in worldtune.idm.compare measures the labels on held-out real
-clips.
+warning, and `note` in the provenance). A seed model made with actions is the exception: its recipe trained both
+rows of the scene robot's slot, which it knows (worldtune.seed.trained_action_domain). `compare` in
+worldtune.idm.compare measures the labels on held-out real clips.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from worldtune.errors import ConfigError, DatasetError
+
+if TYPE_CHECKING:
+    from worldtune.models.action_dynamics import ActionDomain
 
 
 def windows(length: int, chunk: int) -> list[int]:
@@ -141,7 +145,8 @@ def load_cosmos3_labeler(cfg, dataset_hint: str | None, fps: float) -> Cosmos3La
     names = list(index.get("names") or [f"action_{i}" for i in range(int(index["width"]))])
     cameras = {str(r): str(k) for r, k in (info.get("cameras") or {}).items()}
     domain = ActionDomain(**index["domain"])
-    output_rows, note = _output_rows(domain, facts if cc.adapter else None)
+    output_rows, note = _output_rows(domain, facts if cc.adapter else None,
+                                     _checkpoint_domain(cfg.model.name, cfg.model.path, cfg.model.revision))
     if note:
         print(f"warning: {note}")
     return Cosmos3Labeler(pipe, domain, names, str(index.get("key") or "action"),
@@ -150,14 +155,26 @@ def load_cosmos3_labeler(cfg, dataset_hint: str | None, fps: float) -> Cosmos3La
                           output_rows=output_rows, note=note)
 
 
-def _output_rows(domain, facts: dict[str, Any] | None) -> tuple[str, str | None]:
+def _checkpoint_domain(name: str | None, path: str | None, revision: str | None) -> ActionDomain | None:
+    """The new robot slot whose output rows the loaded checkpoint itself trained: a seed model's (its recipe trained
+    inverse dynamics on the scene robot), else None (a released checkpoint trained its released domains only)."""
+    from worldtune.models.load import seed_weights_in
+    from worldtune.seed import trained_action_domain
+
+    seed = seed_weights_in(name, path, revision)
+    return trained_action_domain(seed) if seed else None
+
+
+def _output_rows(domain: ActionDomain, facts: dict[str, Any] | None,
+                 trained: ActionDomain | None = None) -> tuple[str, str | None]:
     """Who trained the domain's rows of the action output projection ("adapter" or "checkpoint"), and, for a new
-    robot's slot the checkpoint never trained, the caveat that its labels mean nothing."""
+    robot's slot that neither an inverse-dynamics adapter nor the checkpoint trained, the caveat that its labels mean
+    nothing. `trained`: the new slot the checkpoint's own training covered (a seed model's robot), if any."""
     from worldtune.train.action_flow import predicts_actions
 
     if facts is not None and predicts_actions(facts.get("task")):
         return "adapter", None
-    if not domain.new:
+    if not domain.new or domain == trained:
         return "checkpoint", None
     return "checkpoint", (f"domain '{domain.name}' is a new slot ({domain.id}) whose action output rows were never "
                           "trained, so Cosmos 3's labels for it are meaningless: post-train inverse dynamics on this "

@@ -165,6 +165,23 @@ def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: st
     return pipe, spec
 
 
+def seed_weights_in(name: str | None = None, path: str | None = None, revision: str | None = None) -> str | None:
+    """The seed model whose shipped weights `load_pipeline(name, path)` loads: a seed spec named without a folder, or
+    a folder `model init` wrote with a seed's trained weights (its sidecar says so); None for random weights and for
+    weights from elsewhere, whose training only their maker can vouch for. Callers ask it what the checkpoint has
+    learned (e.g. which action slots its recipe trained)."""
+    path = local_model_path(path, revision)
+    if path is None and name and Path(name).is_dir():
+        name, path = None, name
+    spec = resolve_spec(name, path)
+    if not spec.weights:
+        return None
+    if path is None:
+        return spec.weights
+    sidecar = Path(path) / SIDECAR
+    return spec.weights if sidecar.is_file() and _read_json(sidecar).get("weights") == "seed" else None
+
+
 def load_transformer(name: str | None = None, path: str | None = None, *, dtype: str = "fp32",
                      device: str | torch.device = "cpu", seed: int = 0, revision: str | None = None,
                      random_weights: bool = False):
