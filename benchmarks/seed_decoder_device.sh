@@ -19,12 +19,7 @@ W=${W:-/tmp/decoderwork}
 OUT=${OUT:-/tmp/decoder-out}
 SEEDS=(seed-predict2.5 seed-cosmos3)
 mkdir -p "$OUT" "$W"
-if [ ! -f /tmp/site/.ok ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || exit 1
-  touch /tmp/site/.ok
-fi
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh" || exit 1
 
 # one dataset of the scene for both decoders: data and prepare of seed-cosmos3's recipe
 python3 -m worldtune.cli seed seed-cosmos3 --out "$W/data" --stop-after prepare >"$OUT/data.log" 2>&1 || {

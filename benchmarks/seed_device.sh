@@ -20,12 +20,7 @@ read -ra EXTRA <<<"${EXTRA_ARGS:-}"  # more --section.key VALUE overrides of the
 W=${W:-/tmp/seedwork}  # outside the checkout: a warm machine keeps it between calls
 OUT=${OUT:-/tmp/seed-out}
 mkdir -p "$OUT" "$W"
-if [ ! -f /tmp/site/.ok ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || exit 1
-  touch /tmp/site/.ok
-fi
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh" || exit 1
 [ -f seedinit/vae.safetensors.xz ] && mkdir -p "src/worldtune/seeds/$NAME" \
   && xz -dc seedinit/vae.safetensors.xz >"src/worldtune/seeds/$NAME/vae.safetensors"
 [ -f seedinit/transformer.safetensors.xz ] && xz -dc seedinit/transformer.safetensors.xz >seedinit/transformer.safetensors

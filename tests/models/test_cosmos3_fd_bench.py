@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
-import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_module import load_benchmark
 
 
 @pytest.mark.parametrize("task", ["forward_dynamics", "inverse_dynamics"])
-def test_tiny_run(tmp_path, task):
-    spec = importlib.util.spec_from_file_location("cosmos3_fd_bench", ROOT / "benchmarks" / "cosmos3_fd_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        res = bench.main(["--tiny", "--device", "cpu", "--steps", "1", "--rank", "4", "--task", task,
-                          "--json", str(tmp_path / "b.json")])
-    finally:
-        torch.set_num_threads(n)
+def test_tiny_run(tmp_path, task, one_thread):
+    res = load_benchmark("cosmos3_fd_bench").main(["--tiny", "--device", "cpu", "--steps", "1", "--rank", "4",
+                                                   "--task", task, "--json", str(tmp_path / "b.json")])
     assert json.loads((tmp_path / "b.json").read_text()) == res
     meta, (row,) = res["meta"], res["training"]
     assert (meta["canvas"], meta["latent"], meta["actions"]) == ([192, 320], [2, 2, 4], 4)

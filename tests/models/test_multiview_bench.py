@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-import torch
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_module import load_benchmark
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("multiview_bench", ROOT / "benchmarks" / "multiview_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("multiview_bench")
 
 
 def test_matched_view_size():
@@ -25,15 +18,10 @@ def test_matched_view_size():
     assert bench.matched_view_size((480, 832), 3) == (320, 416)  # 20 x 26 = 520 = 30 x 52 / 3, exactly
 
 
-def test_tiny_run(tmp_path):
+def test_tiny_run(tmp_path, one_thread):
     bench = _bench()
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        res = bench.main(["--tiny", "--device", "cpu", "--steps", "1", "--warmup", "0", "--rank", "4",
-                          "--json", str(tmp_path / "b.json")])
-    finally:
-        torch.set_num_threads(n)
+    res = bench.main(["--tiny", "--device", "cpu", "--steps", "1", "--warmup", "0", "--rank", "4",
+                      "--json", str(tmp_path / "b.json")])
     assert json.loads((tmp_path / "b.json").read_text()) == res
     rows = {r["variant"]: r for r in res["results"]}
     assert set(rows) == {"grid", "multiview", "per_view"}

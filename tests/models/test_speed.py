@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +18,8 @@ from worldtune.models.predict import transformer_inputs
 from worldtune.train.flow import FlowMatchingLoss
 from worldtune.train.trainer import apply_checkpointing
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_module import load_benchmark
+
 SPEC = get_spec("tiny-predict2.5")
 
 
@@ -150,10 +148,7 @@ def test_per_block_bytes_fused_is_smaller():
 def test_train_bench_tiny_cpu(tmp_path, base, capsys):
     """Every variant of the benchmark on the tiny spec, in-process (the libraries are already imported)."""
     out = tmp_path / "tb.json"
-    loader = importlib.util.spec_from_file_location("train_bench", ROOT / "benchmarks/train_bench.py")
-    bench = importlib.util.module_from_spec(loader)
-    sys.modules["train_bench"] = bench  # dataclasses look their module up there
-    loader.loader.exec_module(bench)
+    bench = load_benchmark("train_bench")
     assert bench.main(["--tiny", "--device", "cpu", "--warmup", "0", "--steps", "1", "--out", str(out)]) == 0
     stdout = capsys.readouterr().out
     res = json.loads(out.read_text())
