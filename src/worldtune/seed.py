@@ -95,9 +95,8 @@ def trained_action_domain(name: str) -> ActionDomain | None:
     from worldtune.models.family import action_dynamics
     from worldtune.models.registry import get_spec
     from worldtune.models.seeds import read_manifest
-    from worldtune.train.action_flow import predicts_actions
 
-    if not read_manifest(name).get("recipe", {}).get("actions") or not predicts_actions(ACTION_TASK):
+    if not read_manifest(name).get("recipe", {}).get("actions"):
         return None
     return action_dynamics(get_spec(name)).resolve_domain(None, None, len(ACTION_NAMES), ROBOT_TYPE,
                                                           f"the {name} recipe's scene")

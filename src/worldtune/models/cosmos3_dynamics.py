@@ -86,7 +86,7 @@ class Cosmos3Dynamics(ActionDynamics):
 
         self._check_call(pipe, domain, steps, tier, view_point, fps)
         condition = action_condition("forward_dynamics", len(actions), domain, tier, view_point,
-                               raw_actions=torch.tensor(actions), image=Image.fromarray(first_frame))
+                                     raw_actions=torch.tensor(actions), image=Image.fromarray(first_frame))
         with encode_leading_frames(pipe, 1):  # only frame 0 conditions: the rest of the VAE's work is thrown away
             out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="np")
         return to_uint8(np.asarray(out.video))
@@ -100,7 +100,7 @@ class Cosmos3Dynamics(ActionDynamics):
         from worldtune.models.cosmos3_pipeline import action_condition
 
         condition = action_condition("inverse_dynamics", len(video) - 1, domain, tier, view_point,
-                               video=[Image.fromarray(f) for f in video])
+                                     video=[Image.fromarray(f) for f in video])
         out = pipe(task, action=condition, **_call_kwargs(seed, steps, guidance, fps), output_type="latent")
         return out.action[0].float().numpy().astype(np.float32)
 

@@ -125,7 +125,7 @@ def prepare_chunk(pipe, r: ChunkRequest) -> PreparedChunk:
     from PIL import Image
 
     condition = action_condition(MODE, len(r.actions), r.domain, r.tier, r.view_point,
-                           raw_actions=torch.tensor(np.asarray(r.actions)), image=Image.fromarray(r.first_frame))
+                                 raw_actions=torch.tensor(np.asarray(r.actions)), image=Image.fromarray(r.first_frame))
     pipe.check_inputs(r.task, None, None, None, None, None, float(r.guidance), False, ["latents"], condition)
     num_frames, fps = condition.chunk_size + 1, float(r.fps)
     probe = pipe.video_processor.preprocess_video([condition.image])
