@@ -17,6 +17,9 @@ pipeline's JSON action caption tokenized by worldtune's offline byte-level token
 so longer than Qwen's tokenization of the same caption: the text share of the step is an upper bound). Latents
 and actions are random: no VAE runs, as when training from the cache.
 
+`--batch 1,4` times each variant at several clips per step (the trainer's `train.batch_size`: clips of one
+sequence shape share one transformer call, models/cosmos3_batch.py), each clip its own noise and noise level.
+
 Variants: `eager`; `compiled` (regional torch.compile of the repeated blocks, as the trainer does on CUDA);
 `--checkpoint selective` recomputes the blocks' non-attention parts in backward. Reported per variant: s/step
 (median of the timed steps after 2 warm-up steps), MFU against 989 TFLOP/s (H200 dense bf16) and
@@ -26,6 +29,7 @@ timestep embedding and no output projection to the video; the 16 action tokens a
 sequence), peak GPU memory, trainable parameters and the losses.
 
     python benchmarks/cosmos3_fd_bench.py --json cosmos3_fd_bench.json         # real size on CUDA
+    python benchmarks/cosmos3_fd_bench.py --batch 1,2,4 --json cosmos3_fd_bench_batch.json  # several clips per step
     python benchmarks/cosmos3_fd_bench.py --task inverse_dynamics --json cosmos3_id_bench.json
     python benchmarks/cosmos3_fd_bench.py --tiny --json /tmp/cosmos3_fd.json   # CPU smoke test on tiny-cosmos3
 """
@@ -64,6 +68,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--domain", default=None, help="embodiment domain; default droid_lerobot (tiny: a new 4-D slot)")
     p.add_argument("--variants", default=None, help="default eager,compiled (CPU: eager)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per variant; default 5 (tiny: 2)")
+    p.add_argument("--batch", default="1", help="clips per step, comma-separated to time several (e.g. 1,4): the "
+                   "trainer's `train.batch_size`, the clips of one shape sharing each transformer call")
     p.add_argument("--rank", type=int, default=16, help="LoRA rank (NVIDIA's Cosmos 3 LoRA recipe: 16)")
     p.add_argument("--alpha", type=float, default=32.0, help="LoRA alpha (NVIDIA's recipe: 32)")
     p.add_argument("--checkpoint", choices=("none", "selective"), default="none",
@@ -132,25 +138,52 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> tuple[list[dict], d
                                     "text_dropout": 0.0})
     t, lh, lw = family.latent_size(f, h, w)
     gen = torch.Generator().manual_seed(args.seed)
-    x0 = torch.randn(1, int(spec.transformer["latent_channel"]), t, lh, lw, generator=gen).to(device)
-    actions = torch.randn(1, chunk, domain.width, generator=gen).clamp(-1, 1).to(device)
-    domain_ids = torch.tensor([domain.id], device=device)
+    batches = [int(b) for b in str(args.batch).split(",") if b]
+    most = max(batches)
+    x0_all = torch.randn(most, int(spec.transformer["latent_channel"]), t, lh, lw, generator=gen).to(device)
+    actions_all = torch.randn(most, chunk, domain.width, generator=gen).clamp(-1, 1).to(device)
     text_tokens = int((text[0, 0] >= 0).sum())
     clean = clean_frames(args.task, t)
-    step_flops = 3.0 * family.forward_flops(f, h, w, text_tokens=text_tokens, cond_frames=clean).total
+    clip_flops = 3.0 * family.forward_flops(f, h, w, text_tokens=text_tokens, cond_frames=clean).total
     env_peak = float(os.environ.get("WORLDTUNE_PEAK_TFLOPS", "790"))
 
-    def step(i: int) -> float:
-        seeds = [args.seed + i]
-        batch = objective.prepare(x0, seeds, num_cond=[clean])
-        chunk = prepare_actions(actions, seeds, batch.sigma, [args.task])
-        pred, action_pred = predict_dynamics(model, batch, text, chunk, domain_ids, dtype, float(spec.fps))
+    def step(i: int, b: int) -> float:
+        seeds = [args.seed + i * most + k for k in range(b)]  # every clip its own noise and noise level
+        batch = objective.prepare(x0_all[:b], seeds, num_cond=[clean] * b)
+        chunk = prepare_actions(actions_all[:b], seeds, batch.sigma, [args.task] * b)
+        pred, action_pred = predict_dynamics(model, batch, text.expand(b, -1, -1), chunk,
+                                             torch.full((b,), domain.id, device=device), dtype, float(spec.fps))
         loss = objective.loss(pred, batch) + action_loss(action_pred, chunk)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params + rows, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return float(loss.detach())
+
+    def timed(name: str, b: int) -> dict:
+        t0 = time.perf_counter()
+        for i in range(2):  # warm-up: compilation, autotuning, optimizer state
+            step(i, b)
+        sync(device)
+        warm = time.perf_counter() - t0
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        losses, times = [], []
+        for i in range(args.steps):
+            sync(device)
+            t0 = time.perf_counter()
+            losses.append(step(100 + i, b))
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        s, step_flops = float(np.median(times)), clip_flops * b
+        return {
+            "variant": name, "batch": b, "s_per_step": round(s, 4), "s_per_clip": round(s / b, 4),
+            "step_times_s": [round(x, 4) for x in times], "warmup_s": round(warm, 2), "step_flops": step_flops,
+            "mfu_989": round(step_flops / s / (H200_PEAK_TFLOPS * 1e12), 4),
+            f"mfu_{env_peak:g}": round(step_flops / s / (env_peak * 1e12), 4),
+            "peak_mem_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
+            "losses": [round(x, 4) for x in losses],
+        }
 
     out, compiled = [], False
     for name in [v for v in args.variants.split(",") if v]:
@@ -162,37 +195,15 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> tuple[list[dict], d
         if compiled and not TRAIN_VARIANTS[name]:
             out.append({"variant": name, "skipped": "an earlier variant compiled the blocks: put it earlier"})
             continue
-        try:
-            if TRAIN_VARIANTS[name] and not compiled:
-                apply_speed(model, fused_adaln=False, compile=True, attention=None, dynamic=family.compile_dynamic)
-                compiled = True
-            t0 = time.perf_counter()
-            for i in range(2):  # warm-up: compilation, autotuning, optimizer state
-                step(i)
-            sync(device)
-            warm = time.perf_counter() - t0
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            losses, times = [], []
-            for i in range(args.steps):
-                sync(device)
-                t0 = time.perf_counter()
-                losses.append(step(100 + i))
-                sync(device)
-                times.append(time.perf_counter() - t0)
-        except Exception as e:  # noqa: BLE001 -- record the failure, run the other variants
-            out.append({"variant": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
-            print(f"{name} failed: {out[-1]['error']}")
-            continue
-        s = float(np.median(times))
-        out.append({
-            "variant": name, "s_per_step": round(s, 4), "step_times_s": [round(x, 4) for x in times],
-            "warmup_s": round(warm, 2), "step_flops": step_flops,
-            "mfu_989": round(step_flops / s / (H200_PEAK_TFLOPS * 1e12), 4),
-            f"mfu_{env_peak:g}": round(step_flops / s / (env_peak * 1e12), 4),
-            "peak_mem_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
-            "losses": [round(x, 4) for x in losses],
-        })
+        for b in batches:
+            try:
+                if TRAIN_VARIANTS[name] and not compiled:
+                    apply_speed(model, fused_adaln=False, compile=True, attention=None, dynamic=family.compile_dynamic)
+                    compiled = True
+                out.append(timed(name, b))
+            except Exception as e:  # noqa: BLE001 -- record the failure, run the other variants
+                out.append({"variant": name, "batch": b, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+                print(f"{name} batch {b} failed: {out[-1]['error']}")
     shape = {"spec": spec.name, "task": args.task, "frames": f, "actions": chunk, "content": [h, w], "tier": args.tier,
              "canvas": list(canvas), "latent": [t, lh, lw], "video_tokens": t * -(-lh // family.patch) * -(-lw // family.patch),
              "text_tokens": text_tokens, "domain": domain.to_dict(), "lora_rank": args.rank, "lora_alpha": args.alpha,
@@ -220,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict:
         if "s_per_step" not in r:
             print(f"{r['variant']:10s} {r.get('skipped') or r.get('error')}")
             continue
-        print(f"{r['variant']:10s} {r['s_per_step']:.3f} s/step  MFU {100 * r['mfu_989']:.1f}% of 989 TFLOP/s  "
+        print(f"{r['variant']:10s} batch {r['batch']}  {r['s_per_step']:.3f} s/step  MFU {100 * r['mfu_989']:.1f}% of 989 TFLOP/s  "
               f"peak {r['peak_mem_gib']} GiB  losses {r['losses']}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     result = {"meta": meta, "training": rows}

@@ -15,6 +15,7 @@ teaches the model to read its actions, in minutes on a CPU.
 
     .venv/bin/python benchmarks/seed_action_use.py --demo /tmp/dc3
     .venv/bin/python benchmarks/seed_action_use.py --demo /tmp/dc3 --finetune forward_dynamics --steps 400
+    .venv/bin/python benchmarks/seed_action_use.py --demo /tmp/dc3 --model-path WORK/packed --json out.json
 
 Writes benchmarks/results/seed_action_use.json (or --json).
 """
@@ -61,6 +62,8 @@ def main() -> None:
     ap.add_argument("--finetune", choices=("forward_dynamics", "joint"), default=None,
                     help="first train the whole generator on the demo's training clips with this task")
     ap.add_argument("--steps", type=int, default=400, help="steps of --finetune (batch 8)")
+    ap.add_argument("--model-path", type=Path, default=None,
+                    help="measure this model folder (a seed run's `packed` folder) instead of the demo's model")
     ap.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/seed_action_use[_TASK].json")
     a = ap.parse_args()
     from worldtune.eval.stats import paired_difference
@@ -69,7 +72,8 @@ def main() -> None:
     result = {"model": a.model, "demo": str(a.demo), "sigmas": SIGMAS, "machine": platform.node(),
               "processor": platform.processor() or platform.machine(), "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d"), "finetune": a.finetune and {"task": a.finetune, "steps": a.steps}}
-    model_path = finetune(a.demo, a.model, a.finetune, a.steps) if a.finetune else None
+    model_path = finetune(a.demo, a.model, a.finetune, a.steps) if a.finetune else a.model_path
+    result["model_path"] = model_path and str(model_path)
     for caption, d in losses(a.demo, a.model, model_path).items():
         mean_own = sum(d["own"]) / len(d["own"])
         result[caption] = {"own_loss": mean_own}

@@ -142,13 +142,13 @@ def reads_actions(own: list[float], other: list[float]):
 
 
 def test_forward_dynamics_reads_its_actions(cosmos3_demo, monkeypatch):
-    """seed-cosmos3 reads its actions only weakly (benchmarks/seed_action_use.py: +0.2 % of the loss), so the test
+    """seed-cosmos3 reads its actions weakly (benchmarks/seed_action_use.py: about 1 % of the loss), so the test
     pairs: each of 16 held-out clips is scored at noise 0.3/0.6/0.9 with the same noise under its own action chunk and
-    under others; only the actions differ within a pair, and the CPU run is deterministic. Measured (loss ~0.35):
-    another episode's actions (clip i+1) cost +0.00051 [0.00034, 0.00069], worse on 16 of 16 clips; clip i+2's
-    +0.00065 [0.00040, 0.00093], 14 of 16; all-zero actions +0.00085 [0.00061, 0.00109], 16 of 16. Broken variants
-    the same check rejects: own actions shuffled away (clip i+1's chunk taken as "own" against clip i+2's): +0.00014
-    [-0.00015, 0.00045], 9 of 16; actions zeroed on their way into the model: a difference of exactly 0."""
+    under others; only the actions differ within a pair, and the CPU run is deterministic. Measured (loss ~0.33):
+    another episode's actions (clip i+1) cost +0.0024 [0.0014, 0.0033], worse on 15 of 16 clips; clip i+2's
+    +0.0028 [0.0016, 0.0041], 15 of 16; all-zero actions +0.0029 [0.0023, 0.0036], 16 of 16. Broken variants
+    the same check rejects: own actions shuffled away (clip i+1's chunk taken as "own" against clip i+2's): +0.0004
+    [-0.0010, 0.0019], 9 of 16; actions zeroed on their way into the model: a difference of exactly 0."""
     from worldtune.eval.action_use import forward_dynamics_losses, trainer_for
 
     trainer = trainer_for(cosmos3_demo, COSMOS3, cosmos3_demo / "runs" / "action_use", overrides=COSMOS3_OVERRIDES)

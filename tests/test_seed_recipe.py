@@ -58,3 +58,38 @@ def test_a_resumed_transformer_run_keeps_the_length_its_probe_fitted(tmp_path):
     assert _started_steps(run_dir) is None
     (run_dir / "checkpoints" / "step-00000250").mkdir(parents=True)
     assert _started_steps(run_dir) == 1538
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("domain_tables")
+def test_continue_starts_from_the_shipped_seed_and_adds_its_run_to_the_manifest(tmp_path):
+    """`--continue`: the transformer starts from the shipped weights (no autoencoder step), trains, and the packed
+    seed.json keeps what made the seed and gains this run, once, however often the command is run."""
+    from safetensors.torch import load_file
+
+    from worldtune.models.seeds import read_manifest, seed_folder
+
+    recipe = dataclasses.replace(recipe_for("seed-cosmos3"), episodes=2, camera_height=96, camera_width=160,
+                                 steps=2, batch=1, warmup=1)
+    shipped = load_file(str(seed_folder("seed-cosmos3") / "transformer.safetensors"))
+    before = read_manifest("seed-cosmos3")
+    work, ship = tmp_path / "w", tmp_path / "ship"
+    first = run("seed-cosmos3", str(work), SMALL, recipe=recipe, stop_after="model", continue_shipped=True,
+                data_seed=5)
+    assert "autoencoder" in first["seconds"] and not (work / "runs" / "vae").exists()
+    (start,) = (work / "model" / "transformer").glob("*.safetensors")
+    assert all(torch.equal(v.half(), shipped[k]) for k, v in load_file(str(start)).items() if k in shipped)
+
+    for _ in range(2):  # the second call finds the run done and packs it again
+        run("seed-cosmos3", str(work), SMALL, recipe=recipe, ship=str(ship), continue_shipped=True,
+            data_seed=5, command="worldtune seed seed-cosmos3 --continue")
+    after = json.loads((ship / "seed.json").read_text())
+    runs_before = before["transformer"].get("runs") or [before["transformer"]]
+    assert len(after["transformer"]["runs"]) == len(runs_before) + 1
+    new = after["transformer"]["runs"][-1]
+    assert new["steps"] == 2 and new["batch"] == 1 and "data seed 5" in new["data"] and new["mode_weights"]
+    assert after["transformer"]["steps"] == sum(r["steps"] for r in runs_before) + 2
+    assert after["autoencoder"] == before["autoencoder"] and after["command"].endswith("then worldtune seed "
+                                                                                      "seed-cosmos3 --continue")
+    trained = load_file(str(ship / "transformer.safetensors"))
+    assert any(not torch.equal(trained[k], v) for k, v in shipped.items())

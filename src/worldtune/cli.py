@@ -238,12 +238,21 @@ def seed(ctx: typer.Context, name: str = typer.Argument(..., help="the seed mode
                                                   "transformer run takes the steps that fit (a probe measures)"),
          stop_after: Optional[str] = typer.Option(None, "--stop-after", help="end after this step (data, prepare, "
                                                   "autoencoder, model, cache): e.g. the data and the VAE in one "
-                                                  "call, the transformer in the next")
+                                                  "call, the transformer in the next"),
+         continue_shipped: bool = typer.Option(False, "--continue", help="train the shipped seed further: its VAE "
+                                               "and transformer are the start, seed.json gains this run"),
+         episodes: Optional[int] = typer.Option(None, "--episodes", help="scene episodes to render (default: the "
+                                                "recipe's)"),
+         data_seed: Optional[int] = typer.Option(None, "--data-seed", help="the episodes' random seed (default: the "
+                                                 "recipe's; another seed renders new episodes of the same tasks)"),
          ) -> None:
     """Make a seed model from scratch: scene data, prepare, autoencoder, cache, full transformer training,
     packed weights. Extra --section.key VALUE arguments override the recipe's stage settings."""
+    import shlex
+
     _stage("worldtune.seed")(name, out, overrides=list(ctx.args), ship=ship, budget_s=budget_s,
-                             stop_after=stop_after)
+                             stop_after=stop_after, continue_shipped=continue_shipped, episodes=episodes,
+                             data_seed=data_seed, command="worldtune " + shlex.join(sys.argv[1:]))
 
 
 @app.command()

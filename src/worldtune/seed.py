@@ -14,6 +14,10 @@ The recipe is the one a latent video model is made with, every step an ordinary 
    start, with the family's own rectified-flow objective, on the VAE's latents;
 6. pack: fp16 weights and `seed.json` (recipe, scene version, steps, seconds, curves) into the seed folder.
 
+`--continue` trains the shipped seed further instead: its VAE and transformer are the start (no autoencoder
+step), the transformer gets a fresh optimizer and schedule, and `seed.json` keeps what made the weights and gains
+this run (data, settings, steps, seconds, curves) in `transformer.runs`.
+
 Each step resumes (checkpoints, atomic outputs, exit 42 on SIGTERM/SIGUSR1), so the recipe runs in chunks of
 a few minutes on a GPU lent by the hour, and again from where it stopped.
 """
@@ -161,17 +165,19 @@ def write_data(recipe: SeedRecipe, root: Path) -> Path:
     return root
 
 
-def assemble_model(recipe: SeedRecipe, vae_folder: Path, out: Path) -> Path:
-    """The spec's random start with the trained VAE in place of its random one."""
+def assemble_model(recipe: SeedRecipe, vae_folder: Path, out: Path, shipped: bool = False) -> Path:
+    """The spec's random start with the trained VAE in place of its random one; with `shipped`, the shipped seed
+    (VAE and transformer) as it loads from the registry."""
     from worldtune.models.load import init_model_dir
 
     if (out / "model_index.json").is_file():
         return out
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    init_model_dir(recipe.spec, tmp, random_weights=True)
-    shutil.rmtree(tmp / "vae")
-    shutil.copytree(vae_folder, tmp / "vae")
+    init_model_dir(recipe.spec, tmp, random_weights=not shipped)
+    if not shipped:
+        shutil.rmtree(tmp / "vae")
+        shutil.copytree(vae_folder, tmp / "vae")
     tmp.rename(out)
     return out
 
@@ -210,6 +216,53 @@ def provenance(recipe: SeedRecipe, work: Path, seconds: dict[str, float]) -> dic
     }
 
 
+def continued_provenance(recipe: SeedRecipe, cfg: WorldtuneConfig, work: Path, seconds: dict[str, float],
+                         command: str) -> dict[str, Any]:
+    """The shipped seed's `seed.json` with this run of its transformer added (`--continue`): what made the weights
+    before stays, the new run says where it started, on what data, with which settings, for how long."""
+    from worldtune.data.synthetic import SCENE_VERSION
+    from worldtune.models.seeds import read_manifest
+
+    before = read_manifest(recipe.spec)
+    manifest = {k: v for k, v in before.items() if k != "vae_config"}
+    dit_run = work / "runs" / "transformer"
+    info = _run_info(dit_run)
+    summary = info.get("summary", {})
+    t = cfg.train
+    entry = {
+        "from": "the shipped weights, a fresh optimizer and schedule",
+        "data": f"{recipe.episodes} episodes, motion = {recipe.motion} (data seed {recipe.data_seed}, tasks "
+                f"{' and '.join(recipe.targets)})",
+        **({"mode_weights": dict(t.dynamics.mode_weights)} if recipe.actions else {}),
+        "steps": summary.get("steps", t.steps), "batch": t.batch_size, "lr": t.lr, "warmup": t.warmup, "ema": t.ema,
+        "device": _device_name(info.get("device")), "seconds": summary.get("seconds"),
+        "start": info.get("base_fingerprint"),
+        "val_loss": summary.get("val_loss") and round(summary["val_loss"], 4), "val_loss_by_mode": {
+            k.removeprefix("val_loss_"): round(v, 4) for k, v in summary.items() if k.startswith("val_loss_")},
+        "val_loss_curve": _curve(dit_run, "val_loss"), "loss_curve": _curve(dit_run, "loss")[::4],
+    }
+    transformer = dict(before.get("transformer", {}))
+    runs = list(transformer.get("runs", []))
+    if not runs:  # a seed made in one run: that run first
+        runs.append({k: transformer.get(k) for k in ("steps", "val_loss_curve", "loss_curve")})
+    if runs[-1].get("start") == entry["start"]:  # packed again (the command run once more): the same run, replaced
+        runs.pop()
+    runs.append(entry)
+    transformer.update(runs=runs, steps=sum(int(r.get("steps") or 0) for r in runs))
+    manifest.update(transformer=transformer, command=f"{before.get('command', '')}; then {command}",
+                    scene_version=SCENE_VERSION, seconds_this_call=seconds)
+    return manifest
+
+
+def _device_name(device: str | None) -> str | None:
+    """What trained a run, in words: the GPU's name, or the CPU's core count."""
+    import torch
+
+    if device and device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"CPU, {os.cpu_count()} cores" if device == "cpu" else device
+
+
 def fit_steps(cfg: WorldtuneConfig, seconds_left: float, work: Path) -> int:
     """Transformer steps that fit in `seconds_left`: a short probe run measures this machine's step time (the
     recipe's learning-rate schedule then ends where the time does, instead of being cut by a kill)."""
@@ -232,11 +285,15 @@ def fit_steps(cfg: WorldtuneConfig, seconds_left: float, work: Path) -> int:
 
 def run(name: str, out: str, overrides: list[str] | None = None, ship: str | None = None,
         recipe: SeedRecipe | None = None, budget_s: float | None = None,
-        stop_after: str | None = None) -> dict[str, Any]:
+        stop_after: str | None = None, continue_shipped: bool = False, episodes: int | None = None,
+        data_seed: int | None = None, command: str = "") -> dict[str, Any]:
     """Every step of the recipe that is not done yet; `ship` (default: the package's seed folder) receives the
     packed weights once the transformer is trained. `recipe` replaces the registered one (tests: a small one).
     `budget_s`: a fresh transformer run takes as many steps as fit in what is left of these seconds.
-    `stop_after`: end after that step (one of STEPS before the transformer)."""
+    `stop_after`: end after that step (one of STEPS before the transformer). `continue_shipped`: start from the
+    shipped seed's weights (no autoencoder step) and add this run to its `seed.json` (module docstring).
+    `episodes`, `data_seed`: the recipe's, replaced (`data_seed`: new episodes of the same tasks). `command`: the
+    command line, for `seed.json`."""
     if stop_after is not None and stop_after not in STEPS:
         raise ConfigError(f"--stop-after {stop_after}: use one of {', '.join(STEPS)}")
     t_start = time.time()
@@ -244,6 +301,8 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
     from worldtune.models.seeds import pack_seed
 
     recipe = recipe or recipe_for(name)
+    recipe = dataclasses.replace(recipe, **{k: v for k, v in (("episodes", episodes), ("data_seed", data_seed))
+                                            if v is not None})
     work = Path(out)
     work.mkdir(parents=True, exist_ok=True)
     cfg = seed_config(recipe, work, overrides)
@@ -265,9 +324,9 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
         step("data", lambda: write_data(recipe, work / "lerobot"))
         step("prepare", lambda: (work / "dataset" / "info.json").is_file() or stage_fn("worldtune.data.prepare")(
             cfg.prepare))
-        step("autoencoder", lambda: _done(vae_run) or stage_fn("worldtune.train.autoencoder")(
+        step("autoencoder", lambda: continue_shipped or _done(vae_run) or stage_fn("worldtune.train.autoencoder")(
             _random_model_cfg(cfg, recipe.spec)))
-        step("model", lambda: assemble_model(recipe, vae_run / "vae", work / "model"))
+        step("model", lambda: assemble_model(recipe, vae_run / "vae", work / "model", shipped=continue_shipped))
         step("cache", lambda: stage_fn("worldtune.data.cache")(cfg))
     except _Stop:
         plain(f"seed {name}: stopped after {stop_after}; run the command again to go on")
@@ -286,7 +345,9 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
         shutil.copytree(work / "model", packed_model)
         shutil.rmtree(packed_model / "transformer")
         shutil.copytree(dit_run / "export" / "transformer", packed_model / "transformer")
-    dest = pack_seed(packed_model, name, provenance(recipe, work, seconds), Path(ship) if ship else None)
+    made = (continued_provenance(recipe, cfg, work, seconds, command) if continue_shipped else
+            provenance(recipe, work, seconds))
+    dest = pack_seed(packed_model, name, made, Path(ship) if ship else None)
     plain(f"seed {name}: weights packed into {dest}")
     return {"seed": str(dest), "seconds": seconds}
 

@@ -91,3 +91,6 @@ def test_actions_mode_labels_its_videos_back_with_an_idm(fd_trained, tmp_path):
     report(load_config(None, ["--report.eval", str(tmp_path / "ev"), "--report.out", str(tmp_path / "r")]).report)
     html = (tmp_path / "r" / "report.html").read_text()
     assert "Closed-loop action consistency (idm labeller)" in html and "(cosmos3 labeller)" in html
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## Closed-loop action consistency (idm labeller)" in md and "(cosmos3 labeller)" in md
+    assert "| real clip |" in md

@@ -22,3 +22,14 @@ def test_tiny_run(tmp_path, task, one_thread):
     # the output projection's too (32 x 16 + 16)
     assert meta["task"] == task and meta["domain_row_params"] == (544 if task == "forward_dynamics" else 1072)
     assert row["variant"] == "eager" and row["s_per_step"] > 0 and all(math.isfinite(x) for x in row["losses"])
+
+
+def test_several_clips_per_step(tmp_path, one_thread):
+    """`--batch 1,2` times each variant at one and two clips per step: the second step does twice the work."""
+    res = load_benchmark("cosmos3_fd_bench").main(["--tiny", "--device", "cpu", "--steps", "1", "--rank", "4",
+                                                   "--batch", "1,2", "--json", str(tmp_path / "b.json")])
+    one, two = res["training"]
+    assert (one["batch"], two["batch"]) == (1, 2)
+    assert two["step_flops"] == 2 * one["step_flops"]
+    assert two["s_per_clip"] == pytest.approx(two["s_per_step"] / 2, abs=1e-4)
+    assert all(math.isfinite(x) for x in one["losses"] + two["losses"])

@@ -399,6 +399,18 @@ def _closed_loop_html(results: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _closed_loop_markdown(results: dict[str, Any]) -> list[str]:
+    """The closed-loop tables of `_closed_loop_html` as markdown lines."""
+    from worldtune.eval.closed_loop import NOTE, rows_for_display
+
+    lines = []
+    for kind, per in (results.get("closed_loop") or {}).items():
+        lines += [f"## Closed-loop action consistency ({kind} labeller)", "", NOTE + ".", "",
+                  "| model | normalised MSE [95 % CI] | videos / inputs | worst entries |", "|---|---|---|---|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows_for_display(per)] + [""]
+    return lines
+
+
 def _views_html(results: dict[str, Any]) -> str:
     """Pixel metrics per camera view (multi-camera layouts)."""
     rows, metrics = [], []
@@ -574,6 +586,7 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
                   "| model | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
         lines += [f"| {label} | " + " | ".join(delta_text(d[m]) for m in metrics) + " |" for label, d in sens]
         lines.append("")
+    lines += _closed_loop_markdown(results)
     views = [(display_name(label, s), role, per) for label, s in results["models"].items()
              for role, per in (s.get("views") or {}).items()]
     if views:
