@@ -247,7 +247,8 @@ def seed(ctx: typer.Context, name: str = typer.Argument(..., help="the seed mode
                                                  "recipe's; another seed renders new episodes of the same tasks)"),
          ) -> None:
     """Make a seed model from scratch: scene data, prepare, autoencoder, cache, full transformer training,
-    packed weights. Extra --section.key VALUE arguments override the recipe's stage settings."""
+    packed weights; with --continue, train the shipped seed's transformer further. Extra --section.key VALUE
+    arguments override the recipe's stage settings."""
     import shlex
 
     _stage("worldtune.seed")(name, out, overrides=list(ctx.args), ship=ship, budget_s=budget_s,
