@@ -216,7 +216,7 @@ def provenance(recipe: SeedRecipe, work: Path, seconds: dict[str, float]) -> dic
     }
 
 
-def continued_provenance(recipe: SeedRecipe, cfg: WorldtuneConfig, work: Path, seconds: dict[str, float],
+def continued_provenance(recipe: SeedRecipe, cfg: WorldtuneConfig, seconds: dict[str, float],
                          command: str) -> dict[str, Any]:
     """The shipped seed's `seed.json` with this run of its transformer added (`--continue`): what made the weights
     before stays, the new run says where it started, on what data, with which settings, for how long."""
@@ -225,7 +225,7 @@ def continued_provenance(recipe: SeedRecipe, cfg: WorldtuneConfig, work: Path, s
 
     before = read_manifest(recipe.spec)
     manifest = {k: v for k, v in before.items() if k != "vae_config"}
-    dit_run = work / "runs" / "transformer"
+    dit_run = Path(cfg.train.out)
     info = _run_info(dit_run)
     summary = info.get("summary", {})
     t = cfg.train
@@ -345,7 +345,7 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
         shutil.copytree(work / "model", packed_model)
         shutil.rmtree(packed_model / "transformer")
         shutil.copytree(dit_run / "export" / "transformer", packed_model / "transformer")
-    made = (continued_provenance(recipe, cfg, work, seconds, command) if continue_shipped else
+    made = (continued_provenance(recipe, cfg, seconds, command) if continue_shipped else
             provenance(recipe, work, seconds))
     dest = pack_seed(packed_model, name, made, Path(ship) if ship else None)
     plain(f"seed {name}: weights packed into {dest}")
