@@ -25,12 +25,11 @@ Equality (gen, fd_chunk): max and mean absolute difference of the uint8 frames (
 worldtune's frames and the plain path's with the same inputs and seed, to be read against the noise floor.
 Training goals report the timed steps' spread as their noise floor.
 
-Results are merged into `--json` by goal, so several calls (each under ~9 minutes on an H200) fill one file:
+Results are merged into `--json` by goal, so several calls fill one file (on an H200, with the models' set-up:
+fd_chunk + gen 134 s, fd_train + lora + predict25 120 s):
 
-    python benchmarks/speed_round3.py --goals gen --json benchmarks/results/speed_round3.json        # ~4 min
-    python benchmarks/speed_round3.py --goals fd_chunk --json benchmarks/results/speed_round3.json   # ~4 min
-    python benchmarks/speed_round3.py --goals fd_train,lora --json benchmarks/results/speed_round3.json  # ~6 min
-    python benchmarks/speed_round3.py --goals predict25 --json benchmarks/results/speed_round3.json  # ~4 min
+    python benchmarks/speed_round3.py --goals fd_chunk,gen --json benchmarks/results/speed_round3.json
+    python benchmarks/speed_round3.py --goals fd_train,lora,predict25 --json benchmarks/results/speed_round3.json
     python benchmarks/speed_round3.py --tiny --device cpu --json /tmp/speed_round3.json             # CPU smoke test
 
 `--budget-s` skips a goal whose estimated cost (GOAL_COST_S) no longer fits, rather than overrun the call.
@@ -45,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -56,7 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cosmos3_bench as c3  # noqa: E402
 
 GOALS = ("gen", "fd_chunk", "fd_train", "lora", "predict25")
-GOAL_COST_S = {"gen": 240, "fd_chunk": 240, "fd_train": 240, "lora": 200, "predict25": 240}  # H200 estimates
+# seconds per goal on an H200, about twice the measured ones (gen 74, fd_chunk 56 or 59 with --fd-compile, fd_train 32,
+# lora 11, predict25 73): compilation times vary between machines
+GOAL_COST_S = {"gen": 150, "fd_chunk": 150, "fd_train": 80, "lora": 60, "predict25": 150}
 TARGETS = {"gen": ">= 2.0x the plain pipeline", "fd_chunk": "<= 1.0 s per chunk at serve's defaults",
            "fd_train": ">= 40 % MFU", "lora": ">= 60 % MFU", "predict25": ">= 2.5x the diffusers example"}
 
@@ -99,6 +101,16 @@ def floor_kernel(device: torch.device) -> str:
     return "cudnn" if device.type == "cuda" else "math"
 
 
+def floor_context(device: torch.device):
+    """SDPA pinned to the floor's kernel where it runs, the math kernel where it cannot (cuDNN takes heads of at
+    most 256 channels: the Wan VAE's middle attention has 384)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from worldtune.models.speed import sdpa_backend
+
+    return sdpa_kernel(list(dict.fromkeys([sdpa_backend(floor_kernel(device)), SDPBackend.MATH])), set_priority=True)
+
+
 def frame_diff(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
     """Max / mean absolute difference of two uint8 videos in [0, 1] units, and PSNR (None when equal)."""
     d = np.abs(a.astype(np.int16) - b) / 255.0
@@ -129,7 +141,7 @@ def goal_gen(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from worldtune.infer.decode_queue import DecodeQueue
     from worldtune.models.frames import decode_view
     from worldtune.models.latents import to_uint8
-    from worldtune.models.speed import apply_speed, attention_context
+    from worldtune.models.speed import apply_speed
 
     ns = SimpleNamespace(tiny=args.tiny, device=str(device), frames=9 if args.tiny else 93, height=32 if args.tiny else 480,
                          width=48 if args.tiny else 832, steps=2 if args.tiny else 20, guidance=6.0, seed=args.seed)
@@ -149,7 +161,7 @@ def goal_gen(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         plain.append(to_uint8(video))
         plain_s.append(s)
     plain_peak = c3.peak_gib(dev)
-    with attention_context(floor_kernel(dev)):
+    with floor_context(dev):
         floor = to_uint8(c3.generate_once("pipeline", pipe, family, ns, images[0], ns.steps))
 
     cuda = dev.type == "cuda"
@@ -202,7 +214,6 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
     from worldtune.models.action_dynamics import ChunkRequest
     from worldtune.models.cosmos3_domains import ActionDomain
     from worldtune.models.family import pipeline_dynamics
-    from worldtune.models.speed import attention_context
 
     fa = SimpleNamespace(tiny=args.tiny, seed=args.seed, height=64 if args.tiny else 480, width=112 if args.tiny else 832,
                          chunk=4 if args.tiny else 16, tier=256 if args.tiny else 480, fps=15.0)
@@ -210,43 +221,50 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
     frame, actions = fdg.inputs(fa)
     domain = ActionDomain("droid_lerobot", 8, 10, new=False)
     cuda = device.type == "cuda"
-    sampler = pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=cuda, compile=args.fd_compile)
+
+    def request(seed: int, guidance: float, image: np.ndarray = frame, steps: int = args.fd_steps) -> ChunkRequest:
+        return ChunkRequest(image, actions, domain, fdg.TASK, seed, steps, guidance, fa.tier, "ego_view", fa.fps)
+
+    def plain(r: ChunkRequest) -> np.ndarray:
+        return forward_dynamics(pipe, r.first_frame, r.actions, r.domain, r.task, seed=r.seed, steps=r.steps,
+                                guidance=r.guidance, tier=r.tier, view_point=r.view_point, fps=r.fps)
+
+    # the plain path first, every guidance: the sampler's `--fd-compile` compiles the pipeline's own layers in place
     rows = []
     for guidance in args.fd_guidance:
-        def request(seed: int, image: np.ndarray = frame, steps: int = args.fd_steps) -> ChunkRequest:
-            return ChunkRequest(image, actions, domain, fdg.TASK, seed, steps, guidance, fa.tier, "ego_view", fa.fps)
-
-        def plain(r: ChunkRequest) -> np.ndarray:
-            return forward_dynamics(pipe, r.first_frame, r.actions, r.domain, r.task, seed=r.seed, steps=r.steps,
-                                    guidance=r.guidance, tier=r.tier, view_point=r.view_point, fps=r.fps)
-
-        one = request(args.seed)
-        plain(request(args.seed, steps=1))  # warm-up
+        one = request(args.seed, guidance)
+        plain(request(args.seed, guidance, steps=1))  # warm-up
         c3.reset_peak(device)
         timed = [clock(lambda: plain(one), device) for _ in range(args.repeats)]
         ref, base = timed[0][0], statistics.median(s for _, s in timed)
         plain_peak = c3.peak_gib(device)
-        with attention_context(floor_kernel(device)):
+        with floor_context(device):
             floor = plain(one)
-        sampler.run([request(args.seed, steps=1)])  # captures this shape's graphs (any step count shares them)
+        rows.append({"guidance": guidance, "steps": args.fd_steps, "baseline_s": round(base, 3), "ref": ref,
+                     "noise_floor": {"kernel": floor_kernel(device), **frame_diff(floor, ref)},
+                     "peak_gib": {"baseline": plain_peak}})
+    sampler = pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=cuda, compile=args.fd_compile)
+    for row in rows:
+        guidance, ref = row["guidance"], row.pop("ref")
+        one = request(args.seed, guidance)
+        sampler.run([request(args.seed, guidance, steps=1)])  # captures this shape's graphs (every step count's)
         c3.reset_peak(device)
         timed = [clock(lambda: sampler.run([one])[0], device) for _ in range(args.repeats)]
         ours, fast = timed[0][0], statistics.median(s for _, s in timed)
         fast_peak = c3.peak_gib(device)
         rng = np.random.default_rng(args.seed + 1)
-        batch = [one] + [request(args.seed + i, rng.permutation(frame)) for i in range(1, args.fd_batch)]
-        sampler.run([request(r.seed, r.first_frame, 1) for r in batch])  # captures the batch's shape
+        batch = [one] + [request(args.seed + i, guidance, rng.permutation(frame)) for i in range(1, args.fd_batch)]
+        sampler.run([request(r.seed, guidance, r.first_frame, 1) for r in batch])  # captures the batch's shape
         c3.reset_peak(device)
         batched, batch_s = clock(lambda: sampler.run(batch), device)
-        rows.append({
-            "guidance": guidance, "steps": args.fd_steps, "baseline_s": round(base, 3), "worldtune_s": round(fast, 3),
-            "ratio": ratio(base, fast), "worldtune_batch": args.fd_batch,
-            "worldtune_batch_s_per_chunk": round(batch_s / len(batch), 3), "ratio_batched": ratio(base, batch_s / len(batch)),
-            "noise_floor": {"kernel": floor_kernel(device), **frame_diff(floor, ref)},
+        row.update({
+            "worldtune_s": round(fast, 3), "ratio": ratio(row["baseline_s"], fast), "worldtune_batch": args.fd_batch,
+            "worldtune_batch_s_per_chunk": round(batch_s / len(batch), 3),
+            "ratio_batched": ratio(row["baseline_s"], batch_s / len(batch)),
             "equality": frame_diff(ours, ref), "equality_batched_vs_alone": frame_diff(batched[0], ours),
             "cuda_graphs_captured": sampler.call.captured,
-            "peak_gib": {"baseline": plain_peak, "worldtune": fast_peak, "worldtune_batch": c3.peak_gib(device)}})
-        print(rows[-1], flush=True)
+            "peak_gib": {**row["peak_gib"], "worldtune": fast_peak, "worldtune_batch": c3.peak_gib(device)}})
+        print(row, flush=True)
     serve_default = next((r for r in rows if r["guidance"] == 6.0), rows[0])
     return {"what": f"{spec.name} forward dynamics {fa.height}x{fa.width}, {fa.chunk} actions, {args.fd_steps} steps",
             "baseline": "forward_dynamics (Cosmos3OmniPipeline.__call__)",
@@ -272,8 +290,13 @@ def goal_fd_train(args: argparse.Namespace, device: torch.device) -> dict[str, A
         if device.type == "cuda":
             argv += ["--variants", "eager,compiled"]
         result = fdb.main(argv)
-    rows = result["training"]
+    rows, meta = result["training"], result["meta"]
     timed = [r for r in rows if "s_per_step" in r]
+    for r in timed:  # the planner's peak for this many action clips (caption, action tokens, no checkpointing)
+        r["planner_gib"] = planned_gib(meta["spec"], meta["frames"], *meta["content"], batch=r["batch"],
+                                       lora_rank=meta["lora_rank"], compiled=r["variant"] == "compiled",
+                                       text_tokens=meta["text_tokens"], action_steps=meta["actions"])
+        r["planner_error"] = round(r["planner_gib"] / r["peak_mem_gib"] - 1, 4) if r["peak_mem_gib"] else None
     eager = next((r for r in timed if r["variant"] == "eager" and r["batch"] == 1), None)
     best = max(timed, key=lambda r: r["mfu_989"], default=None)
     return {"what": "forward-dynamics LoRA step, " + ", ".join(f"{k} {result['meta'].get(k)}" for k in
@@ -282,12 +305,21 @@ def goal_fd_train(args: argparse.Namespace, device: torch.device) -> dict[str, A
             "worldtune": best and f"{best['variant']}, {best['batch']} clip(s) per step",
             "baseline_s": eager and eager["s_per_clip"], "worldtune_s": best and best["s_per_clip"],
             "seconds_are": "per clip", "ratio": ratio(eager and eager["s_per_clip"], best and best["s_per_clip"]),
-            "mfu_989": best and best["mfu_989"], "noise_floor": best and spread(best["step_times_s"]), "rows": rows}
+            "mfu_989": best and best["mfu_989"], "noise_floor": best and spread(best["step_times_s"]),
+            "peak_gib": best and best["peak_mem_gib"], "planner_gib": best and best["planner_gib"],
+            "planner_error": best and best["planner_error"], "rows": rows}
+
+
+def planned_gib(spec_name: str, frames: int, height: int, width: int, **kw: Any) -> float:
+    """The memory planner's predicted peak (GiB) of a LoRA step without checkpointing (what the timed steps ran)."""
+    from worldtune.models.memory import plan
+    from worldtune.models.registry import get_spec
+
+    predicted = plan(get_spec(spec_name), "lora", frames, height, width, grad_checkpointing="off", **kw)
+    return round(sum(x.gib for x in predicted.lines), 2)
 
 
 def goal_lora(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    from worldtune.models.memory import plan
-
     ns = SimpleNamespace(tiny=args.tiny, device=str(device), height=32 if args.tiny else 480, width=48 if args.tiny else 832,
                          train_frames=9 if args.tiny else 93, train_steps=2 if args.tiny else 5, rank=16, alpha=32.0,
                          checkpoint="none", seed=args.seed,
@@ -300,9 +332,8 @@ def goal_lora(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     rows = c3.bench_training(ns, spec, family, dev, dtype, tokens)
     eager, compiled = pick(rows, "eager"), pick(rows, "compiled")
     best = compiled or eager
-    predicted = plan(spec, "lora", ns.train_frames, ns.height, ns.width, lora_rank=ns.rank, grad_checkpointing="off",
-                     compiled=compiled is not None)
-    planner = round(sum(x.gib for x in predicted.lines), 2)
+    planner = planned_gib(spec.name, ns.train_frames, ns.height, ns.width, lora_rank=ns.rank,
+                          compiled=compiled is not None)
     peak = best and best["peak_mem_gib"]
     return {"what": f"{spec.name} LoRA r{ns.rank} step, {ns.train_frames}x{ns.height}x{ns.width}",
             "baseline": "eager", "worldtune": "compiled blocks" if compiled else "eager (compiled needs CUDA)",
@@ -351,23 +382,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results = {"goals": {}}  # a smoke test never mixes into measured figures
         torch.set_num_threads(1)  # tiny matmuls: more threads only contend
     t_start = time.perf_counter()
+    failed: list[str] = []
     for goal in args.goals:
         used = time.perf_counter() - t_start
         if args.budget_s and not args.tiny and used + GOAL_COST_S[goal] > args.budget_s:
             print(f"{goal}: skipped, {used:.0f} s used of the {args.budget_s:.0f} s budget (~{GOAL_COST_S[goal]} s needed)")
             continue
         t0 = time.perf_counter()
-        row = RUNNERS[goal](args, device)
+        try:
+            row = RUNNERS[goal](args, device)
+        except Exception as e:  # one goal's failure must not cost the call's other goals on a rented GPU
+            traceback.print_exc()
+            print(f"{goal}: failed ({type(e).__name__}: {e}); going on with the next goal", flush=True)
+            failed.append(goal)
+            continue
+        finally:
+            if device.type == "cuda":
+                torch._dynamo.reset()
+                torch.cuda.empty_cache()
         row.update(target=TARGETS[goal], wall_s=round(time.perf_counter() - t0, 1), tiny=args.tiny, **machine(device))
         results["goals"][goal] = row
         print(f"{goal}: baseline {row['baseline_s']} s, worldtune {row['worldtune_s']} s, ratio {row['ratio']} "
               f"(target {row['target']}; {row['wall_s']} s)", flush=True)
-        if device.type == "cuda":
-            torch._dynamo.reset()
-            torch.cuda.empty_cache()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1, default=str))
     print(f"wrote {path}")
+    if failed:
+        raise SystemExit(f"goal(s) failed: {', '.join(failed)} (tracebacks above)")
     return results
 
 

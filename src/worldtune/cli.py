@@ -289,12 +289,16 @@ def model_info(name: str = typer.Argument(..., help="registry name, model direct
                grad_checkpointing: str = typer.Option(
                    "auto", "--grad-checkpointing", help="auto | selective | all | off, as train.grad_checkpointing"),
                memory_auto: bool = typer.Option(False, "--memory-auto", help="as train.memory_auto: with auto, "
-                                                "whole blocks as memory requires")) -> None:
+                                                "whole blocks as memory requires"),
+               action_steps: int = typer.Option(0, "--action-steps", help="for --plan: action tokens per clip of a "
+                                                "forward- or inverse-dynamics run (Cosmos 3; e.g. 16), 0 = none"),
+               text_tokens: Optional[int] = typer.Option(None, "--text-tokens", help="for --plan: the caption's "
+                                                         "length (default: the model's assumption)")) -> None:
     """Parameters, LoRA parameters, latent shape, tokens, FLOPs and memory of a model."""
     _stage("worldtune.models.info", "print_info")(
         name, frames=frames, height=height, width=width, batch=batch, lora_rank=lora_rank,
         mode=mode, plan=plan, gpus=gpus, gpu_mem=gpu_mem, grad_checkpointing=grad_checkpointing,
-        memory_auto=memory_auto, revision=revision)
+        memory_auto=memory_auto, revision=revision, action_steps=action_steps, text_tokens=text_tokens)
 
 
 @launch_app.command("local", context_settings=_STAGE_CTX)

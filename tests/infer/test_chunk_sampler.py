@@ -126,3 +126,20 @@ def test_a_transformer_call_makes_no_host_synchronisation(pipe, one_thread):
 def test_cuda_graphs_off_cuda_is_a_one_line_error(pipe):
     with pytest.raises(ConfigError, match="cuda_graphs needs a CUDA device"):
         pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=True, compile=False)
+
+
+def test_a_compiling_sampler_lets_every_batch_shape_compile(tiny_cosmos3_dir, monkeypatch):
+    """Each batch size and guidance branch is its own packed shape: with dynamo's default limit of 8 recompilations,
+    a server whose clients step in several batch sizes fell back to eager layers (seen on an H200: the 4-rollout
+    batch at guidance 6 ran eager after 8 shapes). Building a compiling sampler raises the limit."""
+    import torch
+
+    from worldtune.models.cosmos3_rollout import RECOMPILE_LIMIT
+    from worldtune.models.load import load_pipeline
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    fresh, _ = load_pipeline(str(tiny_cosmos3_dir), dtype="fp32")  # compiled in place: not the module's pipeline
+    pipeline_dynamics(fresh).chunk_sampler(fresh, fast=True, cuda_graphs=False, compile=False)
+    assert torch._dynamo.config.recompile_limit == 8
+    pipeline_dynamics(fresh).chunk_sampler(fresh, fast=True, cuda_graphs=False, compile=True)
+    assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT >= 2 * 8  # serve.max_batch's default x 2 branches

@@ -281,7 +281,8 @@ class Cosmos3(ModelFamily):
             compiled=False).total for k, n in (("no_ckpt", 0), ("full_ckpt", layers))}
 
     def memory_model(self, frames: int, height: int, width: int, batch: int, mode: str, lora_rank: int,
-                     checkpointed_blocks: int, selective: bool, compiled: bool, text_tokens: int | None = None):
+                     checkpointed_blocks: int, selective: bool, compiled: bool, text_tokens: int | None = None,
+                     action_steps: int = 0):
         """The planner's inputs for a LoRA step (models/cosmos3_memory.py); other modes are not modelled."""
         if mode != "lora":
             from worldtune.errors import ModelError
@@ -295,7 +296,8 @@ class Cosmos3(ModelFamily):
         pc = count_params(model, self.lora_targets, lora_rank)
         block = sum(p.numel() for p in model.layers[0].parameters())
         act = estimate_activations(self.spec.transformer, frames, height, width, batch, lora_rank,
-                                   checkpointed_blocks, text_tokens or DEFAULT_TEXT_TOKENS, selective, compiled)
+                                   checkpointed_blocks, text_tokens or DEFAULT_TEXT_TOKENS, selective, compiled,
+                                   action_steps)
         return pc, block, len(model.layers), act
 
     # ------------------------------------------------------------------ generation

@@ -69,6 +69,19 @@ def layer_bytes_per_video_token(d: Cosmos3Dims, rank: int) -> int:
     return norms + adapters + qk_norms + attention + mlp
 
 
+def layer_bytes_per_reasoner_token(d: Cosmos3Dims) -> int:
+    """Bytes one layer keeps per text token of an action run (forward or inverse dynamics, policy). With the domain's
+    action rows training, the reasoner's text stream is differentiated too (no adapters of its own): its two RMSNorms
+    (fp32 input, 1/rms), its key RMSNorm (fp32 input, 1/rms), its own attention over the text (rotated queries,
+    output, log-sum-exp, and a bf16 copy of its keys and values) and its MLP activation."""
+    q, kv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    norms = 2 * (FP32 * d.hidden + FP32)
+    k_norm = FP32 * kv + FP32 * d.kv_heads
+    attention = 2 * BF16 * q + FP32 * d.heads + 2 * BF16 * kv
+    mlp = (6 if d.silu else 2) * d.mlp
+    return norms + k_norm + attention + mlp
+
+
 def layer_bytes_per_key(d: Cosmos3Dims) -> int:
     """Bytes one layer keeps per attention key (every text and video token): its key and value, bf16."""
     return 2 * BF16 * d.kv_heads * d.head_dim
@@ -83,9 +96,12 @@ def tokens(cfg: Mapping[str, Any], frames: int, height: int, width: int) -> int:
 
 def estimate_activations(cfg: Mapping[str, Any], frames: int, height: int, width: int, batch: int = 1,
                          rank: int = 16, checkpointed_blocks: int = 0, text_tokens: int = 512,
-                         selective: bool = False, compiled: bool = True) -> ActivationEstimate:
-    """Activation memory of one LoRA step (the model packs one sample per call; `batch` samples run one after
-    another, each keeping its activations until the loss's backward).
+                         selective: bool = False, compiled: bool = True, action_steps: int = 0) -> ActivationEstimate:
+    """Activation memory of one LoRA step of `batch` clips: each keeps its activations until the loss's backward,
+    whether the clips share one transformer call (models/cosmos3_batch.py) or run one after another.
+
+    `action_steps` > 0: an action run (forward or inverse dynamics, policy) with that many action tokens per clip.
+    They join the generator's tokens, and the reasoner keeps its text activations (`layer_bytes_per_reasoner_token`).
 
     Checkpointed layers keep their inputs (the generator and reasoner streams, bf16), and with `selective`
     both attention outputs (bf16 output and fp32 log-sum-exp per query); the layer rebuilt in backward holds
@@ -93,9 +109,11 @@ def estimate_activations(cfg: Mapping[str, Any], frames: int, height: int, width
     d = Cosmos3Dims.from_config(cfg)
     if not 0 <= checkpointed_blocks <= d.layers:
         raise ConfigError(f"checkpointed_blocks must be in 0..{d.layers}, got {checkpointed_blocks}")
-    n = batch * tokens(cfg, frames, height, width)
+    n = batch * (tokens(cfg, frames, height, width) + action_steps)
     s = batch * text_tokens
     full = n * layer_bytes_per_video_token(d, rank) + (n + s) * layer_bytes_per_key(d)
+    if action_steps:
+        full += s * layer_bytes_per_reasoner_token(d)
     if compiled:
         full = int(COMPILED_SAVED_SHARE * full)
     kept = (n + s) * BF16 * d.hidden

@@ -182,6 +182,9 @@ def unchecked_domain_ids(modules: list[torch.nn.Module]):
             del m.forward
 
 
+RECOMPILE_LIMIT = 64  # packed shapes a compiled sampler may meet: batch sizes x guidance branches, with room
+
+
 class Cosmos3ChunkSampler(ChunkSampler):
     """Forward chunks of several rollouts per transformer call, on fixed buffers (CUDA graphs with `cuda_graphs`,
     compiled decoder layers with `compile`); each chunk equals a lone plain pipeline call's within fp tolerance."""
@@ -202,6 +205,9 @@ class Cosmos3ChunkSampler(ChunkSampler):
             from worldtune.models.speed import compile_blocks
 
             compile_blocks(pipe.transformer, dynamic=None)
+            # every batch size and guidance branch is its own packed shape (a graph each): dynamo's default limit of
+            # 8 would send serve's larger batches back to eager layers once a few sizes have run
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         self.call = StaticCall(pipe.transformer, graphs=cuda_graphs)
         self._projections = [m for m in pipe.transformer.modules() if type(m).__name__ == "DomainAwareLinear"]
 

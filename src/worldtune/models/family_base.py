@@ -143,9 +143,11 @@ class ModelFamily:
         return None
 
     def memory_model(self, frames: int, height: int, width: int, batch: int, mode: str, lora_rank: int,
-                     checkpointed_blocks: int, selective: bool, compiled: bool, text_tokens: int | None = None):
+                     checkpointed_blocks: int, selective: bool, compiled: bool, text_tokens: int | None = None,
+                     action_steps: int = 0):
         """(ParamCount, parameters of one repeated block, number of blocks, ActivationEstimate) for the memory
-        planner where the family models its own layers; None: the DiT formulas of models/memory.py."""
+        planner where the family models its own layers (`action_steps`: action tokens per clip of an action run);
+        None: the DiT formulas of models/memory.py."""
         return None
 
     def per_block_bytes(self, latent_t: int, latent_h: int, latent_w: int, batch: int, mode: str,

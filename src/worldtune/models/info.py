@@ -114,11 +114,13 @@ def _plan_table(p: Any) -> Table:
 def print_info(name_or_path: str, frames: int | None = None, height: int | None = None, width: int | None = None,
                batch: int = 1, lora_rank: int = 32, mode: str = "lora", plan: bool = False, gpus: int = 1,
                gpu_mem: float = 141.0, grad_checkpointing: str = "auto", memory_auto: bool = False,
-               console: Console | None = None, revision: str | None = None) -> dict[str, Any]:
+               console: Console | None = None, revision: str | None = None, action_steps: int = 0,
+               text_tokens: int | None = None) -> dict[str, Any]:
     """Print the model's numbers (and with `plan`, the memory plan) and return them as a dict.
 
     The plan assumes the trainer's CUDA defaults (per-frame adaLN, compiled blocks) and its
-    `train.grad_checkpointing` / `train.memory_auto` settings.
+    `train.grad_checkpointing` / `train.memory_auto` settings; `action_steps` plans an action run (forward or
+    inverse dynamics) of that many action tokens per clip.
     """
     spec = resolve(name_or_path, revision)
     frames, height, width = frames or spec.num_frames, height or spec.height, width or spec.width
@@ -127,7 +129,8 @@ def print_info(name_or_path: str, frames: int | None = None, height: int | None 
     console.print(_numbers_table(numbers))
     if plan:  # a family the planner does not model for this mode says so itself
         p = make_plan(spec, mode, frames, height, width, batch=batch, gpus=gpus, gpu_mem_gb=gpu_mem,
-                      lora_rank=lora_rank, grad_checkpointing=grad_checkpointing, memory_auto=memory_auto)
+                      lora_rank=lora_rank, grad_checkpointing=grad_checkpointing, memory_auto=memory_auto,
+                      text_tokens=text_tokens, action_steps=action_steps)
         console.print(_plan_table(p))
         if p.note:
             console.print(f"[red]why:[/] {p.note}")

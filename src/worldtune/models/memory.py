@@ -146,7 +146,8 @@ _FULL_RECOMPUTE_COST = 1 / 3  # recomputing every block adds one forward to fwd+
 def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int = 1, gpus: int = 1,
          gpu_mem_gb: float = 141.0, lora_rank: int = 32, per_token_timestep: bool = False,
          param_count: Any = None, allow_offload: bool = False, grad_checkpointing: str = "auto",
-         memory_auto: bool = False, compiled: bool = True) -> MemoryPlan:
+         memory_auto: bool = False, compiled: bool = True, text_tokens: int | None = None,
+         action_steps: int = 0) -> MemoryPlan:
     """The cheapest (sharding, checkpointed blocks, offload) that fits on `gpus` x `gpu_mem_gb`.
 
     The defaults are the trainer's on CUDA: per-frame adaLN (`per_token_timestep=False`), compiled
@@ -157,7 +158,10 @@ def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int
     (recompute, up to +33%) before CPU offload (PCIe-bound, ~2x). If nothing fits, the plan with
     the smallest footprint is returned with fits=False. CPU offload is only considered with
     `allow_offload` (it needs ~16 B/param of host RAM per GPU and roughly doubles step time); when
-    a plan does not fit without it, the note says whether offload would. `gpu_mem_gb` is what the card reports
+    a plan does not fit without it, the note says whether offload would. `text_tokens` is the caption's length
+    when known (a forward-dynamics step's action caption), else the family's own assumption; `action_steps`, the
+    action tokens per clip of an action run (forward or inverse dynamics), modelled where the family models its own
+    layers (Cosmos 3). `gpu_mem_gb` is what the card reports
     (an H200 is sold as 141 GB; PyTorch sees ~140 GiB), treated as GiB.
     """
     from worldtune.models.params import count_transformer_params, largest_block_params
@@ -170,7 +174,10 @@ def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int
 
     cfg = spec.transformer
     family = family_of(spec) if hasattr(spec, "family") else None
-    own = family.memory_model(frames, height, width, batch, mode, lora_rank, 0, False, compiled) if family else None
+    own = (family.memory_model(frames, height, width, batch, mode, lora_rank, 0, False, compiled, text_tokens,
+                               action_steps) if family else None)
+    if action_steps and own is None:
+        raise ConfigError(f"{spec.name}: the memory planner models action runs for Cosmos 3 only")
     if own is not None:  # the family models its own layers (Cosmos 3)
         pc, block, layers, _ = own
     else:
@@ -178,7 +185,7 @@ def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int
         block = largest_block_params(cfg)
         layers = int(cfg["num_layers"])
     trainable = pc.total if mode == "full" else pc.adapter(dora=mode == "dora")
-    text_tokens = getattr(spec, "max_sequence_length", DEFAULT_TEXT_TOKENS)
+    dit_text_tokens = text_tokens or getattr(spec, "max_sequence_length", DEFAULT_TEXT_TOKENS)
     budget = usable_gib(gpu_mem_gb)
     shardings: tuple[Sharding, ...] = ("none", "grad_op", "full") if gpus > 1 else ("none",)
     selective = uses_selective_checkpointing(grad_checkpointing, "cuda", memory_auto)
@@ -189,9 +196,10 @@ def plan(spec: Any, mode: Mode, frames: int, height: int, width: int, batch: int
 
     candidates = []
     for offload, ckpt, sharding in itertools.product((False, True), ckpt_counts, shardings):
-        act = (family.memory_model(frames, height, width, batch, mode, lora_rank, ckpt, selective, compiled)[3]
+        act = (family.memory_model(frames, height, width, batch, mode, lora_rank, ckpt, selective, compiled,
+                                   text_tokens, action_steps)[3]
                if own is not None else
-               estimate_activations(cfg, frames, height, width, batch, mode, lora_rank, ckpt, text_tokens,
+               estimate_activations(cfg, frames, height, width, batch, mode, lora_rank, ckpt, dit_text_tokens,
                                     per_token_timestep, selective, compiled))
         lines, cpu = memory_lines(pc.total, trainable, block, act, mode, gpus, sharding, offload)
         cost = _SHARD_COST[sharding] + _FULL_RECOMPUTE_COST * ckpt / layers + (_OFFLOAD_COST if offload else 0)
