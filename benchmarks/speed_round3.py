@@ -299,7 +299,7 @@ def goal_fd_train(args: argparse.Namespace, device: torch.device) -> dict[str, A
         r["planner_error"] = round(r["planner_gib"] / r["peak_mem_gib"] - 1, 4) if r["peak_mem_gib"] else None
     eager = next((r for r in timed if r["variant"] == "eager" and r["batch"] == 1), None)
     best = max(timed, key=lambda r: r["mfu_989"], default=None)
-    return {"what": "forward-dynamics LoRA step, " + ", ".join(f"{k} {result['meta'].get(k)}" for k in
+    return {"what": "forward-dynamics LoRA step, " + ", ".join(f"{k} {meta.get(k)}" for k in
                                                                ("spec", "frames", "tier", "video_tokens")),
             "baseline": "eager, 1 clip per step",
             "worldtune": best and f"{best['variant']}, {best['batch']} clip(s) per step",
