@@ -70,7 +70,7 @@ def demo_data(model: str) -> dict[str, Any]:
     if r is None:
         return {}
     return {"episodes": 30, "height": r.camera_height, "width": r.camera_width, "targets": r.held_out,
-            "motion": r.motion}
+            "motion": r.motion, "place_on": r.held_out_place}
 
 
 def trains_actions(model: str) -> bool:

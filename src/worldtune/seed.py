@@ -49,6 +49,7 @@ class SeedRecipe:
     episodes: int = 500  # pre-training episodes of the scene
     targets: tuple[str, ...] = ("red", "blue")  # tasks seen in pre-training
     held_out: tuple[str, ...] = ("green",)  # tasks left for the demo's post-training
+    held_out_place: str = "bowl"  # where the held-out tasks put their block: the bowl, or on a block (stacking)
     rig_jitter: float = 0.04  # metres the exterior cameras move between episodes
     data_seed: int = 1  # episodes other than the demo's (seed 0), in the same room
     motion: Literal["scripted", "varied"] = "scripted"  # the arm's path: one script, or drawn per episode
@@ -68,7 +69,9 @@ class SeedRecipe:
 
 
 RECIPES: dict[str, SeedRecipe] = {
-    "seed-predict2.5": SeedRecipe("seed-predict2.5"),
+    # The held-out task stacks the green block on the blue cube: a destination the pre-training never shows, so a base
+    # that generalises from red and blue to green (the colour) still has the task's motion to learn.
+    "seed-predict2.5": SeedRecipe("seed-predict2.5", held_out_place="blue"),
     # Cosmos 3 with actions from the start: NVIDIA's joint action mode (forward dynamics, inverse dynamics and
     # policy, one per clip) on the scene robot's actions, in the robot's own embodiment-domain slot. Its episodes
     # draw the arm's path, so that the video follows the actions, not only the instruction; forward dynamics is drawn
@@ -235,7 +238,7 @@ def continued_provenance(recipe: SeedRecipe, cfg: WorldtuneConfig, seconds: dict
                 f"{' and '.join(recipe.targets)})",
         **({"mode_weights": dict(t.dynamics.mode_weights)} if recipe.actions else {}),
         "steps": summary.get("steps", t.steps), "batch": t.batch_size, "lr": t.lr, "warmup": t.warmup, "ema": t.ema,
-        "device": _device_name(info.get("device")), "seconds": summary.get("seconds"),
+        "device": _device_name(info.get("device")), "seconds": summary.get("train_seconds", summary.get("seconds")),
         "start": info.get("base_fingerprint"),
         "val_loss": summary.get("val_loss") and round(summary["val_loss"], 4), "val_loss_by_mode": {
             k.removeprefix("val_loss_"): round(v, 4) for k, v in summary.items() if k.startswith("val_loss_")},
@@ -243,12 +246,14 @@ def continued_provenance(recipe: SeedRecipe, cfg: WorldtuneConfig, seconds: dict
     }
     transformer = dict(before.get("transformer", {}))
     runs = list(transformer.get("runs", []))
-    if not runs:  # a seed made in one run: that run first
-        runs.append({k: transformer.get(k) for k in ("steps", "val_loss_curve", "loss_curve")})
+    if not runs:  # a seed made before any continued run: what made it first, all its steps
+        runs.append({**{k: transformer.get(k) for k in ("val_loss_curve", "loss_curve", "started_from")},
+                     "steps": transformer.get("total_steps", transformer.get("steps"))})
     if runs[-1].get("start") == entry["start"]:  # packed again (the command run once more): the same run, replaced
         runs.pop()
     runs.append(entry)
-    transformer.update(runs=runs, steps=sum(int(r.get("steps") or 0) for r in runs))
+    total = sum(int(r.get("steps") or 0) for r in runs)
+    transformer.update(runs=runs, steps=total, total_steps=total)
     manifest.update(transformer=transformer, command=f"{before.get('command', '')}; then {command}",
                     scene_version=SCENE_VERSION, seconds_this_call=seconds)
     return manifest

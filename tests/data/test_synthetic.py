@@ -1,6 +1,7 @@
 import json
 
 import numpy as np
+import pytest
 import pyarrow.parquet as pq
 
 from worldtune.data.synthetic import SyntheticEpisode, camera_name, demo_episodes
@@ -80,6 +81,22 @@ def test_varied_motion_draws_the_path_and_still_does_the_task():
         assert np.linalg.norm(last[:2] - e.bowl[:2]) < 1e-9
     again = demo_episodes(12, seed=3, length=30, motion="varied")
     assert all(np.array_equal(a.gripper(i)[0], b.gripper(i)[0]) for a, b in zip(varied, again) for i in range(30))
+
+
+def test_a_block_stacked_on_another_ends_on_its_top_and_a_bad_place_is_named():
+    """`place_on`: the carried block's bottom ends on the other block's top (not in the bowl), the path goes there,
+    the instruction says so; the bowl stays the default, and a place that is the carried block itself is refused."""
+    for motion in ("scripted", "varied"):
+        for e in demo_episodes(6, seed=2, length=30, targets=("green",), motion=motion, place_on="blue"):
+            last = e.block_position("green", e.length - 1)
+            blue = e.blocks["blue"]
+            assert np.allclose(last[:2], blue[:2]) and np.isclose(last[2] - 0.02, blue[2] + 0.025)
+            assert np.linalg.norm(last[:2] - e.bowl[:2]) > 0.1
+            assert e.task == "picks up the green block and stacks it on the blue cube."
+    plain = demo_episodes(3, seed=2, length=30, targets=("green",))
+    assert all("in the bowl" in e.task for e in plain)
+    with pytest.raises(ValueError, match="place_on 'green'.*'bowl' or another block"):
+        SyntheticEpisode(0, 30, targets=("green",), place_on="green")
 
 
 def test_v3_files_and_cameras_json(v3_root):

@@ -66,6 +66,24 @@ def test_resume_is_exact(tiny_model_dir, cached_dataset, tmp_path):
     assert la == lb
 
 
+def test_training_time_counts_across_resumed_calls(tiny_model_dir, cached_dataset, tmp_path):
+    """A run preempted and resumed reports its training time over both calls (what a seed's manifest records as
+    device time), and this call's alone beside it."""
+    import time
+
+    extra = ("--train.steps", "4", "--train.checkpoint.every", "2")
+    part = Trainer(train_cfg(tiny_model_dir, cached_dataset, tmp_path / "r", *extra))
+    part.out.mkdir(parents=True)
+    part._t_fit = time.time() - 100.0  # the first call has trained for 100 s when it is stopped
+    part.train_step()
+    part.train_step()
+    part.save()
+    del part
+    summary = Trainer(train_cfg(tiny_model_dir, cached_dataset, tmp_path / "r", *extra, "--train.resume", "auto")).fit()
+    assert summary["resumed_at_step"] == 2 and summary["steps"] == 4
+    assert 100.0 <= summary["train_seconds"] - summary["seconds"] < 130.0  # 100 s and the first call's 2 steps
+
+
 def test_crash_mid_save_keeps_previous_checkpoint(tiny_model_dir, cached_dataset, tmp_path):
     t = Trainer(train_cfg(tiny_model_dir, cached_dataset, tmp_path / "r", "--train.steps", "4"))
     t.out.mkdir(parents=True)

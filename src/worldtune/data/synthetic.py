@@ -5,7 +5,8 @@ evaluation's geometry metrics need ground truth. Every pixel here is an exact pi
 (worldtune.data.raycast: one ray per pixel centre, intersected with textured planes, boxes and a
 cylinder), so the true cameras' fundamental matrix explains every correspondence up to the pixel grid. Scene: a textured
 table on a textured floor before a textured wall, three blocks and a shallow bowl; a gantry arm
-moves to one block, grasps it, carries it to the bowl and lets go. Cameras (OpenCV convention,
+moves to one block, grasps it, carries it to the bowl (or, where the episode says so, onto another block)
+and lets go. Cameras (OpenCV convention,
 x_cam = R @ x_world + t, +z forward, +y down, pixel centres at integer coordinates):
 `exterior_1_left` and `exterior_2_left` are static, `wrist_left` rides on the gripper (whose palm
 and fingers are always in its view).
@@ -120,12 +121,12 @@ Keys = list[tuple[float, np.ndarray]]  # (fraction of the episode, gripper posit
 
 
 def _scripted_keys(ep: "SyntheticEpisode") -> tuple[Keys, tuple[float, float]]:
-    """The one script: home, above the block, down, grasp, up, over the bowl, down, release, up, each at a fixed
-    fraction of the episode. Keys and the (close, release) fractions of the grasp."""
+    """The one script: home, above the block, down, grasp, up, over where it goes, down, release, up, each at a
+    fixed fraction of the episode. Keys and the (close, release) fractions of the grasp."""
     blk = ep.blocks[ep.target]
     home = np.array([0.0, -0.05, 0.35])
     above_b, at_b = np.array([blk[0], blk[1], 0.2]), np.array([blk[0], blk[1], 0.0])
-    above_w, at_w = np.array([ep.bowl[0], ep.bowl[1], 0.2]), np.array([ep.bowl[0], ep.bowl[1], 0.03])
+    above_w, at_w = np.array([ep.place[0], ep.place[1], 0.2]), ep.place.copy()
     return [(0.0, home), (0.3, above_b), (0.42, at_b), (0.5, at_b), (0.6, above_b), (0.8, above_w),
             (0.88, at_w), (0.93, at_w), (1.0, above_w)], (0.46, 0.9)
 
@@ -142,7 +143,7 @@ def _varied_keys(ep: "SyntheticEpisode", rng: np.random.Generator) -> tuple[Keys
 
     h_b, h_w = rng.uniform(0.1, 0.26), rng.uniform(0.1, 0.26)
     above_b, at_b = np.array([blk[0], blk[1], h_b]), np.array([blk[0], blk[1], 0.0])
-    above_w, at_w = np.array([ep.bowl[0], ep.bowl[1], h_w]), np.array([ep.bowl[0], ep.bowl[1], 0.03])
+    above_w, at_w = np.array([ep.place[0], ep.place[1], h_w]), ep.place.copy()
     moves: list[tuple[str, np.ndarray]] = [("start", over_table(0.25, 0.4))]
     if rng.random() < 0.8:
         moves.append(("move", over_table(0.12, 0.35)))
@@ -182,9 +183,11 @@ class SyntheticEpisode:
     rig_jitter: float = 0.0  # "demo" style: exterior cameras re-placed by up to this many metres per episode
     texture_seed: int | None = None  # the scene's look (None = seed): sets of other seeds in the same room
     motion: Literal["scripted", "varied"] = "scripted"  # the arm's path: one script, or drawn per episode
+    place_on: str = "bowl"  # where the block goes: the bowl, or stacked on the block of this name
     blocks: dict[str, np.ndarray] = field(default_factory=dict)
     target: str = ""
     bowl: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    place: np.ndarray = field(default_factory=lambda: np.zeros(3))  # where the block's bottom is let go
     _static_cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -204,9 +207,12 @@ class SyntheticEpisode:
         if not allowed:
             raise ValueError(f"targets {self.targets} name no block: use some of {', '.join(names)}")
         self.target = allowed[int(rng.integers(len(allowed)))]
+        self.place = self._place()
         shape = _BLOCKS[self.target][0]
         if not self.task:
-            self.task = f"picks up the {self.target} {shape} and places it in the bowl."
+            self.task = (f"picks up the {self.target} {shape} and places it in the bowl." if self.place_on == "bowl" else
+                         f"picks up the {self.target} {shape} and stacks it on the {self.place_on} "
+                         f"{_BLOCKS[self.place_on][0]}.")
         self.keys, self.grasp = (_varied_keys(self, np.random.default_rng([self.seed, self.index, 11]))
                                  if self.motion == "varied" else _scripted_keys(self))
         self.K_ext = intrinsics(self.width, self.height, 62.0)
@@ -223,6 +229,16 @@ class SyntheticEpisode:
                     "exterior_2_left": ([0.45, -0.58, 0.38], [0.0, 0.04, 0.04])}
             self.ext = {n: look_at(np.array(e) + (jitter.uniform(-j, j, 3) if j else 0.0),
                                    np.array(c) + (jitter.uniform(-j, j, 3) if j else 0.0)) for n, (e, c) in eyes.items()}
+
+    def _place(self) -> np.ndarray:
+        """Where the carried block's bottom is let go: on the bowl's floor, or on top of the block `place_on`."""
+        if self.place_on == "bowl":
+            return np.array([self.bowl[0], self.bowl[1], 0.03])
+        if self.place_on not in _BLOCKS or self.place_on == self.target:
+            raise ValueError(f"place_on '{self.place_on}' is not a place for the {self.target} block: 'bowl' or "
+                             f"another block ({', '.join(n for n in _BLOCKS if n != self.target)})")
+        under = self.blocks[self.place_on]
+        return np.array([under[0], under[1], 2 * _BLOCKS[self.place_on][1]])
 
     # trajectory ---------------------------------------------------------------------------
     def gripper(self, i: int) -> tuple[np.ndarray, float, bool]:
@@ -249,7 +265,7 @@ class SyntheticEpisode:
         if held:
             return pos + np.array([0, 0, size])
         if s >= self.grasp[1] and self.success:
-            return np.array([self.bowl[0], self.bowl[1], 0.03 + size])
+            return self.place + np.array([0, 0, size])
         return self.blocks[name]
 
     # cameras ------------------------------------------------------------------------------
@@ -327,18 +343,19 @@ def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: in
                   failed: tuple[int, ...] = (), style: Literal["demo", "hard"] = "demo",
                   length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
                   texture_seed: int | None = None,
-                  motion: Literal["scripted", "varied"] = "scripted") -> list[SyntheticEpisode]:
+                  motion: Literal["scripted", "varied"] = "scripted", place_on: str = "bowl") -> list[SyntheticEpisode]:
     """The demo's episodes: lengths 18-36 frames, every fifth one (index 3, 8, 13...) only 9-15;
     `length` gives every episode that many frames instead. `targets` limits the blocks picked (the tasks),
     `rig_jitter` re-places the exterior cameras per episode, `texture_seed` keeps the room of another
-    seed (the same textures, other episodes), and `motion` "varied" draws the arm's path per episode."""
+    seed (the same textures, other episodes), `motion` "varied" draws the arm's path per episode, and
+    `place_on` names where the block goes (the bowl, or another block to stack it on)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(episodes):
         n = int(rng.integers(9, 16)) if i % 5 == 3 else int(rng.integers(18, 37))
         out.append(SyntheticEpisode(i, length or n, seed, height, width, success=i not in failed, style=style,
                                     targets=targets, rig_jitter=rig_jitter, texture_seed=texture_seed,
-                                    motion=motion))
+                                    motion=motion, place_on=place_on))
     return out
 
 
@@ -425,19 +442,21 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
                        codec: str = "libx264", crf: int = 20, preset: str = "veryfast",
                        workers: int = 2, style: Literal["demo", "hard"] = "demo",
                        length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
-                       texture_seed: int | None = None, motion: Literal["scripted", "varied"] = "scripted") -> Path:
+                       texture_seed: int | None = None, motion: Literal["scripted", "varied"] = "scripted",
+                       place_on: str = "bowl") -> Path:
     """Render the tabletop demo and write it as a LeRobot v3.0 (default) or v2.1 dataset.
 
     v3.0: episodes are concatenated, `episodes_per_file` per mp4/parquet file (None = all in one).
     `failed` episode indices get `is_episode_successful = False` (the arm misses the grasp).
     `style` "hard" renders the low-texture, wide-baseline scene; `length` fixes every episode's
-    length; `motion` "varied" draws each episode's path. Returns the dataset root. Writes
+    length; `motion` "varied" draws each episode's path; `place_on` is where the block goes (the bowl or
+    another block). Returns the dataset root. Writes
     `meta/cameras.json` with the true cameras. Episodes are rendered in `workers` processes (the
     default 14 episodes at 96x160 take a few seconds).
     """
     root = Path(root)
     eps = demo_episodes(episodes, seed, height, width, failed, style, length, targets, rig_jitter, texture_seed,
-                        motion)
+                        motion, place_on)
     tasks: dict[str, int] = {}
     for e in eps:
         tasks.setdefault(e.task, len(tasks))

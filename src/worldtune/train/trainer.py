@@ -179,6 +179,7 @@ class Trainer:
         tc = self.cfg.train
         self.ckpt = CheckpointManager(self.out, tc.checkpoint.keep, tc.checkpoint.milestones)
         self.step = 0
+        self._seconds_before, self._t_fit = 0.0, None  # training time of earlier calls (a resumed run), this call's start
         self._saved: tuple[int, Path | None] = (0, None)  # the step whose state a checkpoint holds (0: none needed)
         self._trackers = None
         self._val_steps: set[int] = set()  # steps whose validation row metrics.jsonl already holds
@@ -383,8 +384,13 @@ class Trainer:
         return written
 
     # ------------------------------------------------------------------ state
+    def train_seconds(self) -> float:
+        """Seconds spent in `fit` over every call of this run (a preempted run resumes and goes on counting)."""
+        return self._seconds_before + (time.time() - self._t_fit if self._t_fit is not None else 0.0)
+
     def state(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler.state_dict(), "sampler": self.sampler.state_dict(),
+                "train_seconds": round(self.train_seconds(), 1),
                 "base_fingerprint": self.base_fingerprint, "mode": self.cfg.train.mode, "task": self.cfg.train.task,
                 **({"action": self.setup.info()} if self.setup is not None else {}),
                 "model": self.spec.name, "run": str(self.out.resolve()), "world_size": self.dist.world,
@@ -415,6 +421,7 @@ class Trainer:
         self.sampler.load_state_dict(st["sampler"])
         set_rng_state(ck["rng"])
         self.step = int(st["step"])
+        self._seconds_before = float(st.get("train_seconds", 0.0))
         self.ckpt.resumed_from = source
         self._saved = (self.step, source)
 
@@ -528,6 +535,7 @@ class Trainer:
         self._write_run_json("running", {"resumed_from": str(source) if source else None})
         self._stop_if_asked()  # a signal while resuming: the checkpoint just loaded holds this state
         t_start, first_loss, last_loss, val = time.time(), None, None, {}
+        self._t_fit = t_start
         lines = self.dist.main and not is_terminal()  # a log file: plain lines instead of a bar
         start_step = self.step
         try:
@@ -570,7 +578,8 @@ class Trainer:
                 self._trackers.close()
         summary = {"run": str(self.out), "steps": self.step, "first_loss": first_loss, "last_loss": last_loss,
                    **val, "val_videos": len(videos), "checkpoint": str(final) if final else None, "export": str(export) if export else None,
-                   "seconds": round(time.time() - t_start, 1), "trainable_params": self.n_trainable}
+                   "seconds": round(time.time() - t_start, 1), "train_seconds": round(self.train_seconds(), 1),
+                   "resumed_at_step": start_step or None, "trainable_params": self.n_trainable}
         self._write_run_json("done", {"summary": summary})
         return summary
 
