@@ -534,8 +534,8 @@ class Trainer:
                                           tensorboard=tc.tensorboard, wandb=tc.wandb, project=tc.wandb_project)
         self._write_run_json("running", {"resumed_from": str(source) if source else None})
         self._stop_if_asked()  # a signal while resuming: the checkpoint just loaded holds this state
-        t_start, first_loss, last_loss, val = time.time(), None, None, {}
-        self._t_fit = t_start
+        self._t_fit = t_start = time.time()
+        first_loss, last_loss, val = None, None, {}
         lines = self.dist.main and not is_terminal()  # a log file: plain lines instead of a bar
         start_step = self.step
         try:
