@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow
 
@@ -111,6 +112,24 @@ def test_post_training_lowers_held_out_loss_and_raises_dynamic_psnr(predict_run,
     stage("worldtune.eval.evaluate")(ev)
     zeroed = models_of(out / "eval_broken")["zeroed_frame"]["vs_base"]["dynamic_psnr"]
     assert not generates_better(zeroed), zeroed
+
+
+def test_seed_vae_decodes_the_last_chunk_near_the_first(predict_run, tmp_path):
+    """A causal VAE decodes chunk k with the cache the chunks before it left: trained on windows shorter than the clips
+    it decodes, it never learns the later caches. seed-predict2.5's VAE trained on 9-frame windows read (4 held-out
+    clips of the demo's stacking task, 2-core CPU, 2026-12-05) 28.7 -> 21.1 dB from the first latent frame to the
+    last chunk of 17 frames, which this check rejects; its decoder trained on whole clips reads 28.7 -> 26.4 dB."""
+    from diffusers import AutoencoderKLWan
+
+    from worldtune.models.load import init_model_dir
+    from worldtune.train.autoencoder import load_clips, round_trip_psnr
+
+    init_model_dir(PREDICT, tmp_path / "model")
+    vae = AutoencoderKLWan.from_pretrained(tmp_path / "model", subfolder="vae").eval()
+    clips = load_clips(predict_run["cfg"].prepare.out, "val", 4)
+    assert len(clips) == 4 and clips[0].shape[0] == 17
+    chunks = round_trip_psnr(vae, clips, torch.device("cpu"))["val_psnr_chunks"]
+    assert len(chunks) == 5 and chunks[-1] > chunks[0] - 3.0, chunks
 
 
 COSMOS3_EPISODES = 24  # 19 clips of 17 frames: 16 held out (val_fraction 0.8), the paired samples of the test

@@ -57,7 +57,9 @@ class SeedRecipe:
     camera_width: int = 320
     vae_steps: int = 2400
     vae_batch: int = 8
-    vae_frames: int = 9  # two 4-frame chunks: the causal cache of a chunk after a chunk is learned, so 17 hold
+    vae_frames: int | None = None  # training windows: None = the clips' own 17 frames (shorter ones leave the later
+    # chunks' causal cache untrained: the shipped VAEs, trained on 9, decoded frames 13-16 at 21 dB before their decoders
+    # trained on whole clips)
     vae_lr: float = 5e-4
     steps: int = 8000
     batch: int = 32
@@ -124,7 +126,7 @@ def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = No
         "--prepare.workers", str(max(1, min(16, os.cpu_count() or 1))), "--prepare.preset", "veryfast",
         "--autoencoder.dataset", f"{w}/dataset", "--autoencoder.out", f"{w}/runs/vae",
         "--autoencoder.steps", str(recipe.vae_steps), "--autoencoder.batch_size", str(recipe.vae_batch),
-        "--autoencoder.lr", str(recipe.vae_lr), "--autoencoder.frames", str(recipe.vae_frames), "--autoencoder.val_every", "500", "--autoencoder.log_every", "100",
+        "--autoencoder.lr", str(recipe.vae_lr), "--autoencoder.val_every", "500", "--autoencoder.log_every", "100",
         "--autoencoder.checkpoint_every", "1000",
         "--cache.dataset", f"{w}/dataset", "--cache.batch_size", "16",
         "--train.dataset", f"{w}/dataset", "--train.out", f"{w}/runs/transformer", "--train.mode", "full",
@@ -135,6 +137,7 @@ def seed_config(recipe: SeedRecipe, work: Path, overrides: list[str] | None = No
         "--train.val_every", "1000", "--train.val_samples", "16",
         "--train.val_videos", "0", "--train.log_every", "50", "--train.checkpoint.every", "1000",
         "--train.checkpoint.keep", "1", "--train.resume", "auto", "--train.tensorboard", "false",
+        *(("--autoencoder.frames", str(recipe.vae_frames)) if recipe.vae_frames else ()),
         *(("--prepare.actions.key", "action", "--train.task", ACTION_TASK) if recipe.actions else ()),
         *recipe.stage_overrides, *(overrides or []),
     ])

@@ -129,3 +129,24 @@ def test_every_model_has_its_own_colour_in_every_plot(tmp_path, monkeypatch):
     assert plot_metric(results, "psnr", tmp_path / "m.png", colours) and plot_curve(rows, "psnr", tmp_path / "c.png", colours)
     assert len({colours[m] for m in labels[:4]}) == 4 and colours["real"] == REFERENCE_COLOUR
     assert dict(seen["bar"]) == colours and dict(seen["plot"]) == {m: colours[m] for m in labels[:4]}
+
+
+def test_a_sampson_column_empty_for_the_real_clips_too_says_why():
+    """The demo's 64x112 views of two cameras ~70° apart give no cross-view matches, the real clips' own frames
+    included: the report says that the footage, not the models, leaves the column empty; a column with a value in
+    any row, or one the real clips could not be skipped in, gets no such note."""
+    from worldtune.eval.report import unmeasured_notes
+
+    empty = {"n": 0, "mean": None}
+    results = {
+        "metrics": ["sampson_temporal", "sampson_crossview", "psnr"],
+        "models": {"base": {"sampson_temporal": {"n": 3, "mean": 0.2}, "sampson_crossview": empty},
+                   "real": {"reference": True, "sampson_temporal": {"n": 3, "mean": 0.1}, "sampson_crossview": empty}},
+        "sampson": {"real": {"crossview": {"pairs": 0, "pairs_skipped": 510,
+                                           "skip_reasons": {"too_few_matches": 493, "no_reference": 17}},
+                             "temporal": {"pairs": 40, "pairs_skipped": 2, "skip_reasons": {"static_camera": 2}}}},
+    }
+    notes = unmeasured_notes(results)
+    assert len(notes) == 1 and notes[0].startswith("sampson_crossview:") and "too_few_matches, 493 of 510" in notes[0]
+    results["models"]["base"]["sampson_crossview"] = {"n": 1, "mean": 13.7}  # one row has a value: no note
+    assert unmeasured_notes(results) == []

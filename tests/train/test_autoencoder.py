@@ -3,13 +3,14 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from tests.train.fake_dataset import write_fake_dataset
 from worldtune.config import load_config
-from worldtune.train.autoencoder import AutoencoderTrainer, lr_at
+from worldtune.train.autoencoder import AutoencoderTrainer, chunk_psnr, lr_at, psnr_db
 
 
 def _cfg(data: Path, out: Path, steps: int, lr: float = 3e-3, *extra: str):
@@ -85,3 +86,30 @@ def test_decoder_only_keeps_every_latent_and_learns(small_clips, tmp_path, one_t
     rows = [json.loads(r) for r in (tmp_path / "dec" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if "loss" in r]
     assert sum(losses[-3:]) / 3 < 0.9 * losses[0], losses
+
+
+def test_chunk_psnr_pools_each_latent_frame_over_clips():
+    """Frame 0 is its own latent frame, then every 4 frames one: each chunk's PSNR is of its pooled squared error."""
+    errors = np.array([[1.0] + [4.0] * 4 + [16.0] * 4, [1.0] + [4.0] * 4 + [48.0] * 4])  # 2 clips of 9 frames
+    assert chunk_psnr(errors, 4) == pytest.approx([psnr_db(1.0), psnr_db(4.0), psnr_db(32.0)], abs=1e-3)
+    assert len(chunk_psnr(np.ones((1, 17)), 4)) == 5
+
+
+def test_windows_default_to_whole_clips_and_validation_reads_every_chunk(small_clips, tmp_path, one_thread, capsys):
+    cfg = _cfg(small_clips, tmp_path / "whole", 2)
+    cfg = cfg.model_copy(update={"autoencoder": cfg.autoencoder.model_copy(update={"frames": None, "val_every": 1})})
+    trainer = AutoencoderTrainer(cfg)
+    assert trainer.frames == trainer.clip_frames == 9
+    summary = trainer.fit()
+    rows = [json.loads(x) for x in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    chunks = [r["val_psnr_chunks"] for r in rows if "val_psnr_chunks" in r]
+    assert len(chunks) == 2 and all(len(c) == 3 for c in chunks)  # 9 frames: the first, then two chunks of 4
+    assert summary["val_psnr_last_chunk"] == chunks[-1][-1]
+    trainer._warn_short_windows([28.0, 27.0, 21.0])  # whole clips: nothing to blame on the windows
+    assert "warning" not in capsys.readouterr().out
+
+    short = AutoencoderTrainer(_cfg(small_clips, tmp_path / "short", 2))  # windows of 5 frames
+    short._warn_short_windows([28.0, 27.0, 26.0])  # within 3 dB: no warning
+    assert "warning" not in capsys.readouterr().out
+    short._warn_short_windows([28.0, 27.0, 21.0])
+    assert "autoencoder.frames = 9" in capsys.readouterr().out

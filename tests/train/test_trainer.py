@@ -160,6 +160,7 @@ def _one_vs_two_processes(model: Path, data: Path, tmp: Path, extra: tuple, two_
             [m["loss"] for m in _metrics(tmp / "two") if "loss" in m])
 
 
+@pytest.mark.slow  # ~50 s on 2 cores (two processes started twice); the FSDP equivalents below stay in `make test`
 def test_two_processes_equal_one_with_same_global_batch(tiny_model_dir, cached_dataset, tmp_path):
     extra = ("--train.steps", "4", "--train.checkpoint.every", "0", "--train.text_dropout", "0.2")
     l1, l2 = _one_vs_two_processes(tiny_model_dir, cached_dataset, tmp_path, extra)

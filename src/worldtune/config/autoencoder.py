@@ -26,7 +26,10 @@ class AutoencoderConfig(Section):
         "weights are kept (None: the VAE's own decoder)")
     steps: int = Field(2000, description="optimizer steps")
     batch_size: int = Field(8, description="windows per step")
-    frames: int = Field(5, description="frames per training window (4k+1)")
+    frames: int | None = Field(
+        None, description="frames per training window (4k+1; None: the clips' own length). A causal VAE decodes each "
+        "chunk with the cache the chunks before it left: windows shorter than the clips never train the later caches, "
+        "and the clips' last chunks decode several dB worse than their first")
     lr: float = Field(4e-4, description="peak learning rate (cosine decay to lr x lr_floor after warmup)")
     lr_floor: float = Field(0.05, description="final learning rate as a fraction of lr")
     warmup: int = Field(100, description="linear warmup steps")
@@ -46,7 +49,8 @@ class AutoencoderConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "AutoencoderConfig":
-        _check_4k1(self.frames)
+        if self.frames is not None:
+            _check_4k1(self.frames)
         if self.steps <= 0 or self.batch_size <= 0:
             raise ValueError("autoencoder.steps and autoencoder.batch_size must be > 0")
         if self.decoder_base_dim is not None and self.decoder_base_dim <= 0:

@@ -450,6 +450,27 @@ def _judge_note(results: dict[str, Any]) -> str:
     return ""
 
 
+def unmeasured_notes(results: dict[str, Any]) -> list[str]:
+    """Why a Sampson column is empty in every row, the real clips' included: their commonest skip reason. An empty
+    column is then read as what the footage allows (wide baselines, low texture, small frames), not as a model's
+    failure, and a reader does not look for a difference the real clips themselves cannot show."""
+    notes = []
+    for kind in KINDS:
+        metric = f"sampson_{kind}"
+        if metric not in results.get("metrics", []) or any((s.get(metric) or {}).get("n")
+                                                           for s in results["models"].values()):
+            continue
+        real = next((sc.get(kind) or {} for label, sc in results.get("sampson", {}).items()
+                     if is_reference(label)), {})
+        reasons = real.get("skip_reasons") or {}
+        if reasons:
+            reason, count = max(reasons.items(), key=lambda kv: kv[1])
+            notes.append(f"{metric}: no row has a value, the real clips' included (their commonest reason: {reason}, "
+                         f"{count} of {real.get('pairs', 0) + real.get('pairs_skipped', 0)} frame pairs); this footage "
+                         f"does not allow the measure at this frame size, whatever the model")
+    return notes
+
+
 def _skips_html(results: dict[str, Any]) -> str:
     items = []
     for label, s in results.get("sampson", {}).items():
@@ -460,7 +481,8 @@ def _skips_html(results: dict[str, Any]) -> str:
                              f"frame pairs skipped {html.escape(json.dumps(k['skip_reasons']))}</li>")
         if s.get("videos_skipped"):
             items.append(f"<li>{html.escape(label)}: {s['videos_skipped']} video(s) could not be scored</li>")
-    return f"<h3>Skipped</h3><ul>{''.join(items)}</ul>" if items else ""
+    notes = "".join(f"<div class='note'>{html.escape(n)}</div>" for n in unmeasured_notes(results))
+    return notes + (f"<h3>Skipped</h3><ul>{''.join(items)}</ul>" if items else "")
 
 
 def _cell_html(row: dict[str, Any], video: str | None, metrics: Sequence[str]) -> str:
@@ -570,6 +592,7 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
     for label, s in results["models"].items():
         lines.append(f"| {display_name(label, s)} | {s['videos']} | " + " | ".join(_fmt(s.get(m)) for m in metrics) + " |")
     lines += ["", "mean ± std over videos; Sampson error in pixels (a video's value is its median over frame pairs).", ""]
+    lines += [line for n in unmeasured_notes(results) for line in (f"> {n}.", "")]
     if any(s.get("baseline") for s in results["models"].values()):
         lines += [BASELINE_NOTE + ".", ""]
     deltas = [(display_name(label, s), s["vs_base"]) for label, s in results["models"].items() if "vs_base" in s]
