@@ -72,18 +72,17 @@ for NAME in "${SEEDS[@]}"; do
   cp "$W/$NAME/baseline.json" "$OUT/$NAME/" 2>/dev/null
   cp "$W/$NAME/run/metrics.jsonl" "$OUT/$NAME/" 2>/dev/null
   python3 - "$W/$NAME/run" "$OUT/$NAME" <<'EOF'
-import json, sys
+import sys
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 run, out = Path(sys.argv[1]), Path(sys.argv[2])
-if (run / "vae" / "config.json").is_file():
-    source, cfg = run / "vae" / "diffusion_pytorch_model.safetensors", json.loads((run / "vae" / "config.json").read_text())
-else:
+source = run / "vae" / "diffusion_pytorch_model.safetensors"
+if not source.is_file():
     done = sorted(p for p in (run / "checkpoints").glob("step-*") if (p / "trainable.safetensors").is_file())
     if not done:
         sys.exit(f"{run}: nothing to snapshot")
-    source, cfg = done[-1] / "trainable.safetensors", None
+    source = done[-1] / "trainable.safetensors"
 save_file({k: v.to(torch.float16).contiguous() for k, v in load_file(str(source)).items()}, str(out / "vae.safetensors"))
 print(f"snapshot {out.name}: {source}")
 EOF

@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 
 from tests.train.fake_dataset import write_fake_dataset
 from worldtune.config import load_config
-from worldtune.train.autoencoder import AutoencoderTrainer, chunk_psnr, lr_at, psnr_db
+from worldtune.eval.pixels import psnr_from_mse
+from worldtune.train.autoencoder import AutoencoderTrainer, chunk_psnr, lr_at
 
 
 def _cfg(data: Path, out: Path, steps: int, lr: float = 3e-3, *extra: str):
@@ -91,7 +92,7 @@ def test_decoder_only_keeps_every_latent_and_learns(small_clips, tmp_path, one_t
 def test_chunk_psnr_pools_each_latent_frame_over_clips():
     """Frame 0 is its own latent frame, then every 4 frames one: each chunk's PSNR is of its pooled squared error."""
     errors = np.array([[1.0] + [4.0] * 4 + [16.0] * 4, [1.0] + [4.0] * 4 + [48.0] * 4])  # 2 clips of 9 frames
-    assert chunk_psnr(errors, 4) == pytest.approx([psnr_db(1.0), psnr_db(4.0), psnr_db(32.0)], abs=1e-3)
+    assert chunk_psnr(errors, 4) == pytest.approx([psnr_from_mse(1.0), psnr_from_mse(4.0), psnr_from_mse(32.0)], abs=1e-3)
     assert len(chunk_psnr(np.ones((1, 17)), 4)) == 5
 
 

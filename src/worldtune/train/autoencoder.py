@@ -31,6 +31,7 @@ from worldtune.config import AutoencoderConfig, WorldtuneConfig
 from worldtune.console import Progress, plain, setting_up, summary_table
 from worldtune.data.dataset import read_clip_frames, read_dataset
 from worldtune.errors import DatasetError
+from worldtune.eval.pixels import psnr_from_mse
 from worldtune.lock import OutputLock
 from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
 from worldtune.train.preemption import PREEMPT_SIGNALS, REQUEUE_EXIT_CODE
@@ -128,10 +129,6 @@ def round_trip_errors(vae, clips: list[torch.Tensor], device: torch.device) -> n
     return np.stack(rows)
 
 
-def psnr_db(mse: float | np.ndarray) -> float | np.ndarray:
-    return 10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-10))
-
-
 def chunk_psnr(errors: np.ndarray, temporal: int = 4) -> list[float]:
     """PSNR (dB) of each latent frame's pixels, pooled over clips: the first frame, then `temporal`-frame chunks.
 
@@ -141,14 +138,14 @@ def chunk_psnr(errors: np.ndarray, temporal: int = 4) -> list[float]:
     """
     per_frame = errors.mean(axis=0)
     bounds = [0, 1, *range(1 + temporal, len(per_frame) + temporal, temporal)]
-    return [round(float(psnr_db(per_frame[a:b].mean())), 3) for a, b in zip(bounds, bounds[1:]) if a < len(per_frame)]
+    return [round(float(psnr_from_mse(per_frame[a:b].mean())), 3) for a, b in zip(bounds, bounds[1:]) if a < len(per_frame)]
 
 
 def round_trip_psnr(vae, clips: list[torch.Tensor], device: torch.device) -> dict[str, Any]:
     """Whole clips through the VAE, as `evaluate` measures frames: `val_psnr`, the mean PSNR (dB, 8-bit frames) over
     clips, and `val_psnr_chunks`, the PSNR of each latent frame (`chunk_psnr`)."""
     errors = round_trip_errors(vae, clips, device)
-    return {"val_psnr": float(np.mean(psnr_db(errors.mean(axis=1)))),
+    return {"val_psnr": float(np.mean(psnr_from_mse(errors.mean(axis=1)))),
             "val_psnr_chunks": chunk_psnr(errors, vae.config.scale_factor_temporal)}
 
 
@@ -308,8 +305,7 @@ class AutoencoderTrainer:
         folder = self.export()
         summary = {"run": str(self.out), "steps": self.step, "val_psnr": round(val["val_psnr"], 3),
                    "val_psnr_first_chunk": val["val_psnr_chunks"][0], "val_psnr_last_chunk": val["val_psnr_chunks"][-1],
-                   "vae": str(folder),
-                   "checkpoint": str(final), "seconds": round(time.time() - t_start, 1),
+                   "vae": str(folder), "checkpoint": str(final), "seconds": round(time.time() - t_start, 1),
                    "params": sum(p.numel() for p in self.vae.parameters())}
         self._warn_short_windows(val["val_psnr_chunks"])
         atomic_write_json(self.out / "run.json", {"status": "done", "kind": "autoencoder", "summary": summary})
