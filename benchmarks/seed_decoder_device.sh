@@ -5,7 +5,9 @@
 # `worldtune autoencoder --autoencoder.train_part decoder` keeps the encoder and its latent statistics bit for bit
 # and trains only the decoder: every latent stays what it was, the decode gets sharper. The two seeds' decoders
 # train side by side on one prepared dataset of the scene (seed-cosmos3's recipe: paths drawn per episode), each
-# measured first as shipped (the same held-out clips), then every VAL steps.
+# measured first as shipped (the same held-out clips), then every VAL steps. HELD_OUT > 0 adds that many episodes of
+# the seed's held-out tasks to the decoders' data (benchmarks/seed_decoder_data.py says why; the transformer never
+# sees them); the data then follow the first seed's recipe (EPISODES pre-training episodes).
 #
 # The checkout leaves the shipped weights out (64 MiB a call): seedinit/NAME-vae.safetensors.xz carries each
 # seed's VAE (xz -9e). $OUT receives, per seed (7 files in all, within what a call brings back): metrics.jsonl,
@@ -16,18 +18,27 @@
 # (windows of 9 left the last two chunks of 17-frame clips several dB below the first).
 #
 #   WAIT=540 STEPS=1500 BATCH=24 LR=3e-4 FRAMES=17 bash benchmarks/seed_decoder_device.sh
+#   SEEDS=seed-predict2.5 HELD_OUT=100 EPISODES=200 WAIT=540 STEPS=1500 BATCH=16 LR=3e-4 VAL=250 FRAMES=17 \
+#     bash benchmarks/seed_decoder_device.sh
 set -u
 T0=$(date +%s)
 WAIT=${WAIT:-540}; STEPS=${STEPS:-1500}; BATCH=${BATCH:-24}; LR=${LR:-3e-4}; VAL=${VAL:-250}; FRAMES=${FRAMES:-17}
 W=${W:-/tmp/decoderwork}
 OUT=${OUT:-/tmp/decoder-out}
-SEEDS=(seed-predict2.5 seed-cosmos3)
+read -r -a SEEDS <<<"${SEEDS:-seed-predict2.5 seed-cosmos3}"
+HELD_OUT=${HELD_OUT:-0}; EPISODES=${EPISODES:-200}
 mkdir -p "$OUT" "$W"
 source "$(dirname "$0")/device_env.sh" || exit 1
 
-# one dataset of the scene for both decoders: data and prepare of seed-cosmos3's recipe
-python3 -m worldtune.cli seed seed-cosmos3 --out "$W/data" --stop-after prepare >"$OUT/data.log" 2>&1 || {
-  tail -20 "$OUT/data.log"; exit 1; }
+# one dataset of the scene for every decoder: data and prepare of seed-cosmos3's recipe, or with HELD_OUT episodes
+# of the held-out tasks added, of the first seed's
+if [ "$HELD_OUT" -gt 0 ]; then
+  python3 benchmarks/seed_decoder_data.py "${SEEDS[0]}" --out "$W/data" --episodes "$EPISODES" \
+    --held-out "$HELD_OUT" >"$OUT/data.log" 2>&1
+else
+  python3 -m worldtune.cli seed seed-cosmos3 --out "$W/data" --stop-after prepare >"$OUT/data.log" 2>&1
+fi || { tail -20 "$OUT/data.log"; exit 1; }
+tail -1 "$OUT/data.log"
 echo "data and prepare: $(($(date +%s) - T0)) s"
 
 for NAME in "${SEEDS[@]}"; do
@@ -64,7 +75,7 @@ EOF
     --autoencoder.checkpoint_every "$VAL" >"$W/$NAME/train.log" 2>&1 </dev/null &
 done
 sleep 5
-while [ $(($(date +%s) - T0)) -lt "$WAIT" ] && pgrep -f "worldtune.cli autoencoder" >/dev/null; do sleep 5; done
+while [ $(($(date +%s) - T0)) -lt "$WAIT" ] && pgrep -f "[w]orldtune.cli autoencoder" >/dev/null; do sleep 5; done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
 
 for NAME in "${SEEDS[@]}"; do

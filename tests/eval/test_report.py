@@ -133,8 +133,8 @@ def test_every_model_has_its_own_colour_in_every_plot(tmp_path, monkeypatch):
 
 def test_a_sampson_column_empty_for_the_real_clips_too_says_why():
     """The demo's 64x112 views of two cameras ~70° apart give no cross-view matches, the real clips' own frames
-    included: the report says that the footage, not the models, leaves the column empty; a column with a value in
-    any row, or one the real clips could not be skipped in, gets no such note."""
+    included: the report says that the footage, not the models, leaves the column empty, and what a model's few
+    values there rest on; a column the real clips have a value in, or were never skipped in, gets no such note."""
     from worldtune.eval.report import unmeasured_notes
 
     empty = {"n": 0, "mean": None}
@@ -148,5 +148,9 @@ def test_a_sampson_column_empty_for_the_real_clips_too_says_why():
     }
     notes = unmeasured_notes(results)
     assert len(notes) == 1 and notes[0].startswith("sampson_crossview:") and "too_few_matches, 493 of 510" in notes[0]
-    results["models"]["base"]["sampson_crossview"] = {"n": 1, "mean": 13.7}  # one row has a value: no note
+    # a model's row with a value while the real clips have none: the note says what that value rests on
+    results["models"]["base"]["sampson_crossview"] = {"n": 1, "mean": 13.7}
+    notes = unmeasured_notes(results)
+    assert len(notes) == 1 and "the values of base rest on the few videos" in notes[0], notes
+    results["models"]["real"]["sampson_crossview"] = {"n": 2, "mean": 1.2}  # the real clips scored: no note
     assert unmeasured_notes(results) == []

@@ -451,23 +451,32 @@ def _judge_note(results: dict[str, Any]) -> str:
 
 
 def unmeasured_notes(results: dict[str, Any]) -> list[str]:
-    """Why a Sampson column is empty in every row, the real clips' included: their commonest skip reason. An empty
-    column is then read as what the footage allows (wide baselines, low texture, small frames), not as a model's
-    failure, and a reader does not look for a difference the real clips themselves cannot show."""
+    """Why a Sampson column has no value for the real clips: their commonest skip reason. A column the real footage
+    cannot be scored on is read as what the footage allows (wide baselines, low texture, small frames), not as a
+    model's failure; where some model's row still has a value, that value rests on the few frames a generated video
+    happened to give matches on, with no real figure to read it against, and the note says so."""
     notes = []
     for kind in KINDS:
         metric = f"sampson_{kind}"
-        if metric not in results.get("metrics", []) or any((s.get(metric) or {}).get("n")
-                                                           for s in results["models"].values()):
+        if metric not in results.get("metrics", []):
+            continue
+        rows = results["models"]
+        if any((s.get(metric) or {}).get("n") for s in rows.values() if s.get("reference")):
             continue
         real = next((sc.get(kind) or {} for label, sc in results.get("sampson", {}).items()
                      if is_reference(label)), {})
         reasons = real.get("skip_reasons") or {}
-        if reasons:
-            reason, count = max(reasons.items(), key=lambda kv: kv[1])
-            notes.append(f"{metric}: no row has a value, the real clips' included (their commonest reason: {reason}, "
-                         f"{count} of {real.get('pairs', 0) + real.get('pairs_skipped', 0)} frame pairs); this footage "
-                         f"does not allow the measure at this frame size, whatever the model")
+        if not reasons:
+            continue
+        reason, count = max(reasons.items(), key=lambda kv: kv[1])
+        why = (f"(their commonest reason: {reason}, {count} of {real.get('pairs', 0) + real.get('pairs_skipped', 0)} "
+               f"frame pairs); this footage does not allow the measure at this frame size")
+        scored = sorted(label for label, s in rows.items() if (s.get(metric) or {}).get("n"))
+        if scored:
+            notes.append(f"{metric}: the real clips have no value {why}: the values of {', '.join(scored)} rest on "
+                         f"the few videos that gave matches, with no real figure to read them against")
+        else:
+            notes.append(f"{metric}: no row has a value, the real clips' included {why}, whatever the model")
     return notes
 
 
