@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -33,12 +32,13 @@ from worldtune.seed import recipe_for, run, seed_config
 
 def held_out_dataset(name: str, work: Path, episodes: int, data_seed: int) -> Path:
     """The held-out tasks' episodes, at the demo's settings, prepared as the recipe prepares its own."""
+    prepare = seed_config(recipe_for(name), work).prepare
     if not (work / "lerobot" / "meta" / "info.json").is_file():
         settings = {**demo_data(name), "episodes": episodes}
         write_demo_dataset(work / "lerobot", seed=data_seed, texture_seed=0, episodes_per_file=50,
-                           workers=max(1, min(16, os.cpu_count() or 1)), **settings)
+                           workers=prepare.workers, **settings)
     if not (work / "dataset" / "info.json").is_file():
-        stage_fn("worldtune.data.prepare")(seed_config(recipe_for(name), work).prepare)
+        stage_fn("worldtune.data.prepare")(prepare)
     return work / "dataset"
 
 

@@ -461,7 +461,7 @@ def unmeasured_notes(results: dict[str, Any]) -> list[str]:
         if metric not in results.get("metrics", []):
             continue
         rows = results["models"]
-        if any((s.get(metric) or {}).get("n") for s in rows.values() if s.get("reference")):
+        if any((s.get(metric) or {}).get("n") for label, s in rows.items() if is_reference(label)):
             continue
         real = next((sc.get(kind) or {} for label, sc in results.get("sampson", {}).items()
                      if is_reference(label)), {})
