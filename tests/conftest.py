@@ -62,6 +62,15 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture
+def reference_conv3d():
+    """PyTorch's reference 3-D convolution kernel on both sides of a bit-for-bit comparison with a plain diffusers
+    pipeline: worldtune's loaded VAEs call oneDNN directly on the CPU (tests/models/test_cpu_conv3d.py checks that
+    against the reference kernel within float32 rounding), plain diffusers picks the kernel by batch size."""
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
+
+
 @pytest.fixture(scope="session")
 def fd_trained(tmp_path_factory, tiny_cosmos3_dir) -> dict:
     """The demo robot (4-D actions) as 5-frame 32x64 grid clips with actions (3 held-out episodes), cached for

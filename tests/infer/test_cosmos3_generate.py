@@ -106,6 +106,7 @@ CAPTION = '{"subject": "a robot arm", "action": "picks up the red cube"}'  # str
 
 
 @pytest.mark.parametrize("mode", ["text2world", "image2world", "video2world"])
+@pytest.mark.usefixtures("reference_conv3d")
 def test_generation_equals_the_plain_pipeline_call(pipe, plain, mode, monkeypatch):
     """Same prompt, conditioning, size, fps, steps, guidance and seed as a user's direct call of the pipeline.
     text2world uses a structured (JSON) caption, which gets no metadata sentences, as in the cache; video2world

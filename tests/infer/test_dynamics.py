@@ -52,6 +52,7 @@ def _plain_call(plain, seed: int, guidance: float, output_type: str, **condition
                  generator=torch.Generator("cpu").manual_seed(seed))
 
 
+@pytest.mark.usefixtures("reference_conv3d")
 def test_forward_dynamics_equals_the_plain_pipeline_call(pipe, plain, one_thread):
     """Same first frame, actions, task, tier, fps, steps, guidance and seed: the same frames, bit for bit.
     worldtune VAE-encodes only the first frame where the pipeline encodes all K + 1 (the Wan VAE is causal in
@@ -66,6 +67,7 @@ def test_forward_dynamics_equals_the_plain_pipeline_call(pipe, plain, one_thread
     assert not np.array_equal(ours, other)  # the seed is the noise
 
 
+@pytest.mark.usefixtures("reference_conv3d")
 def test_inverse_dynamics_equals_the_plain_pipeline_call(pipe, plain, one_thread):
     video = random_frames(K + 1, H, W, seed=4)
     ours = inverse_dynamics(pipe, video, DROID, TASK, seed=2, steps=STEPS, guidance=2.0, tier=TIER, fps=FPS)

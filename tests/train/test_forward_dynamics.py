@@ -41,6 +41,7 @@ def test_cache_holds_what_the_pipeline_conditions_on(fd_data, tiny_cosmos3_dir):
     from worldtune.data.dataset import read_clip_frames
     from worldtune.models.cosmos3_actions import action_prompt_token_ids, register_domain
     from worldtune.models.cosmos3_domains import ActionDomain
+    from worldtune.models.cpu_conv3d import route_conv3d_to_onednn
     from worldtune.models.latents import encode, frames_to_pixels
 
     (cache_dir,) = (fd_data / "cache").iterdir()
@@ -56,7 +57,9 @@ def test_cache_holds_what_the_pipeline_conditions_on(fd_data, tiny_cosmos3_dir):
     assert chunk.shape == (4, 4) and index["normalization"] == "quantile"
     assert torch.equal(cache.actions(row["clip_id"]), torch.from_numpy(A.normalize(chunk, index["stats"]["action"],
                                                                                     "quantile")))
+    # the convolution kernels the cache was encoded with (tests/models/test_cpu_conv3d.py compares them with PyTorch's)
     pipe = Cosmos3OmniPipeline.from_pretrained(tiny_cosmos3_dir)
+    route_conv3d_to_onednn(pipe.vae)
     fps = float(json.loads((fd_data / "info.json").read_text())["fps"])
     ids, empty = action_prompt_token_ids(pipe, row["task"], 4, 192, 320, fps, "concat_view")
     cached = cache.text(row["task"])

@@ -161,6 +161,7 @@ def test_joint_trains_every_mode_and_both_heads(fd_data, tiny_cosmos3_dir, tmp_p
 
 
 @pytest.mark.usefixtures("one_thread", "domain_tables")
+@pytest.mark.usefixtures("reference_conv3d")
 def test_trained_rows_reach_the_cosmos3_labellers_inverse_dynamics(id_run, fd_data, tiny_cosmos3_dir):
     """The labeller with the exported adapter labels a held-out clip exactly as a plain pipeline call does with the
     LoRA and both rows loaded by hand, and unlike the same call with the slot's untrained rows; without such an

@@ -21,6 +21,7 @@ import torch
 from worldtune.atomic import atomic_write_json
 from worldtune.errors import ModelError
 from worldtune.models.build import NoOpSafetyChecker, build_pipeline, build_transformer, pipeline_class, seeded
+from worldtune.models.cpu_conv3d import route_conv3d_to_onednn
 from worldtune.models.family import family_by_pipeline, family_of, supported_pipelines
 from worldtune.models.registry import SPECS, ModelSpec, get_spec
 
@@ -161,6 +162,7 @@ def load_pipeline(name: str | None = None, path: str | None = None, *, dtype: st
     if getattr(pipe, "text_encoder", None) is not None:  # Cosmos 3 embeds text tokens itself
         pipe.text_encoder.to(dtype=DTYPES[dtype])
     pipe.vae.to(dtype=DTYPES[vae_dtype])
+    route_conv3d_to_onednn(pipe.vae)
     pipe.to(device)
     return pipe, spec
 

@@ -33,6 +33,7 @@ from worldtune.data.dataset import read_clip_frames, read_dataset
 from worldtune.errors import DatasetError
 from worldtune.eval.pixels import psnr_from_mse
 from worldtune.lock import OutputLock
+from worldtune.models.cpu_conv3d import route_conv3d_to_onednn
 from worldtune.train.checkpoint import CheckpointManager, DamagedCheckpointError, set_rng_state
 from worldtune.train.preemption import PREEMPT_SIGNALS, REQUEUE_EXIT_CODE
 
@@ -187,7 +188,7 @@ class AutoencoderTrainer:
             vae = load_vae(cfg)
             if ac.decoder_base_dim is not None:
                 vae = with_decoder(vae, ac.decoder_base_dim, cfg.model.seed)
-            self.vae = vae.to(self.device).float().train()
+            self.vae = route_conv3d_to_onednn(vae.to(self.device).float().train())
         self.params = trainable_parameters(self.vae, ac.train_part)
         self.optimizer = torch.optim.AdamW(self.params, lr=ac.lr, weight_decay=0.0, betas=(0.9, 0.99))
         self.ckpt = CheckpointManager(self.out)

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from worldtune.config import WorldtuneConfig
+from worldtune.models.cpu_conv3d import route_conv3d_to_onednn
 
 
 def validation_components(cfg: WorldtuneConfig, spec, pipe, device: torch.device):
@@ -29,4 +30,4 @@ def validation_components(cfg: WorldtuneConfig, spec, pipe, device: torch.device
     else:
         pipe, _ = load_pipeline(cfg.model.name, None, seed=cfg.model.seed, random_weights=cfg.model.random_weights)
         vae, sched = pipe.vae, pipe.scheduler
-    return vae.to(device), sched
+    return route_conv3d_to_onednn(vae.to(device)), sched

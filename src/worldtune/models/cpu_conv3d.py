@@ -1,0 +1,38 @@
+"""3-D convolutions on the CPU through oneDNN, whatever the batch size.
+
+PyTorch picks a CPU convolution kernel by a rule written for images: a float convolution goes to oneDNN
+(mkldnn) when the batch is above 1, the kernel above 3x3, or N*C*D*H above 20,480, and otherwise to
+`slow_conv3d`, its reference kernel. The Wan VAE (Predict2.5's and Cosmos 3's autoencoder) runs causal
+convolutions of 3x3x3 on 1 to 3 frames at a time, so with one clip in the batch almost every one of them
+lands on the reference kernel: 3 to 7 times slower than oneDNN on the same input, which made the VAE most of
+a CPU generation's time. `route_conv3d_to_onednn` sends a module's `nn.Conv3d` layers to oneDNN directly
+for float32 CPU inputs (the result differs from the reference kernel by float32 rounding only) and leaves
+every other input (CUDA, bf16, padding modes other than zeros) on PyTorch's own path.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from torch import nn
+
+
+def _conv_forward(self: nn.Conv3d, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    if (input.device.type == "cpu" and input.dtype == torch.float32 and self.padding_mode == "zeros"
+            and not isinstance(self.padding, str) and torch.backends.mkldnn.enabled):
+        return torch.mkldnn_convolution(input.contiguous(), weight.contiguous(), bias, self.padding, self.stride,
+                                        self.dilation, self.groups)
+    return nn.Conv3d._conv_forward(self, input, weight, bias)
+
+
+def route_conv3d_to_onednn(module: nn.Module) -> nn.Module:
+    """Every `nn.Conv3d` in `module` runs float32 CPU inputs through oneDNN (in place; returns `module`).
+
+    A no-op where PyTorch was built without oneDNN."""
+    if not torch.backends.mkldnn.is_available():
+        return module
+    for m in module.modules():
+        if isinstance(m, nn.Conv3d):
+            m._conv_forward = types.MethodType(_conv_forward, m)
+    return module
