@@ -4,7 +4,7 @@ PyTorch picks a CPU convolution kernel by a rule written for images: a float con
 (mkldnn) when the batch is above 1, the kernel above 3x3, or N*C*D*H above 20,480, and otherwise to
 `slow_conv3d`, its reference kernel. The Wan VAE (Predict2.5's and Cosmos 3's autoencoder) runs causal
 convolutions of 3x3x3 on 1 to 3 frames at a time, so with one clip in the batch almost every one of them
-lands on the reference kernel: 3 to 7 times slower than oneDNN on the same input, which made the VAE most of
+lands on the reference kernel: about 6 times slower than oneDNN on the same input, which made the VAE most of
 a CPU generation's time. `route_conv3d_to_onednn` sends a module's `nn.Conv3d` layers to oneDNN directly
 for float32 CPU inputs (the result differs from the reference kernel by float32 rounding only) and leaves
 every other input (CUDA, bf16, padding modes other than zeros) on PyTorch's own path.
