@@ -67,8 +67,10 @@ def reference_conv3d():
     """PyTorch's reference 3-D convolution kernel on both sides of a bit-for-bit comparison with a plain diffusers
     pipeline: worldtune's loaded VAEs call oneDNN directly on the CPU (tests/models/test_cpu_conv3d.py checks that
     against the reference kernel within float32 rounding), plain diffusers picks the kernel by batch size."""
-    with torch.backends.mkldnn.flags(enabled=False):
-        yield
+    enabled = torch.backends.mkldnn.enabled  # set directly: flags() also sets oneDNN's TF32 switch, with a warning
+    torch.backends.mkldnn.enabled = False
+    yield
+    torch.backends.mkldnn.enabled = enabled
 
 
 @pytest.fixture(scope="session")
