@@ -47,6 +47,7 @@ def _half_written(root: Path) -> list[Path]:
             and p.name != ".worldtune.lock"]
 
 
+@pytest.mark.slow  # ~20 s on 2 cores: prepare filling a small disk, then resuming
 def test_prepare_on_a_full_disk_stops_in_one_line_and_resumes(plain30, small_disk, tmp_path):
     from worldtune.data import prepare as prep
 

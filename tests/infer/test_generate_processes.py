@@ -34,6 +34,7 @@ def five_inputs(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.mark.slow  # ~15 s on 2 cores: two generate processes against one
 def test_two_processes_split_the_work_and_merge(tiny_model_dir, five_inputs, tmp_path):
     """torchrun --nproc-per-node 2: every (input, seed) made exactly once, by the rank that owns its input."""
     out = tmp_path / "out"

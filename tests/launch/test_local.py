@@ -257,6 +257,7 @@ def test_commands_and_outcomes(tmp_path):
 
 
 
+@pytest.mark.slow  # ~20 s on 2 cores: two processes launched end to end
 def test_launch_local_caches_with_two_processes(tiny_model_dir, tmp_path):
     """`launch local --stage cache --gpus 2` shares the clips out over two processes (torchrun) and leaves
     one complete, merged cache, equal to a one-process cache."""

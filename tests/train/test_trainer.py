@@ -238,6 +238,7 @@ def test_bad_configs_fail_early_in_one_line(tiny_model_dir, cached_dataset, tmp_
         Trainer(train_cfg(tiny_model_dir, tmp_path, tmp_path / "y"))
 
 
+@pytest.mark.slow  # 30-40 s on 2 cores: two torchrun processes against one
 def test_fsdp_two_processes_equal_one_process(tiny_model_dir, cached_dataset, tmp_path):
     """Full fine-tuning sharded with FSDP2 over 2 gloo processes follows the 1-process run."""
     from diffusers import CosmosTransformer3DModel
@@ -259,6 +260,7 @@ def test_fsdp_two_processes_equal_one_process(tiny_model_dir, cached_dataset, tm
     assert not torch.equal(m3.proj_out.weight, m2.proj_out.weight)  # step 2 differs from the final step 3
 
 
+@pytest.mark.slow  # 30-40 s on 2 cores: two torchrun processes against one
 def test_lora_under_fsdp_two_processes_equals_one_process(tiny_model_dir, cached_dataset, tmp_path):
     """Adapters over a base sharded with FSDP2 (2 gloo processes) follow the 1-process run; the gathered
     export and the offline export of a sharded checkpoint are the same adapter files."""
