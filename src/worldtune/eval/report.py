@@ -455,12 +455,11 @@ def unmeasured_notes(results: dict[str, Any]) -> list[str]:
     cannot be scored on is read as what the footage allows (wide baselines, low texture, small frames), not as a
     model's failure; where some model's row still has a value, that value rests on the few frames a generated video
     happened to give matches on, with no real figure to read it against, and the note says so."""
-    notes = []
+    notes, rows = [], results.get("models", {})
     for kind in KINDS:
         metric = f"sampson_{kind}"
         if metric not in results.get("metrics", []):
             continue
-        rows = results["models"]
         if any((s.get(metric) or {}).get("n") for label, s in rows.items() if is_reference(label)):
             continue
         real = next((sc.get(kind) or {} for label, sc in results.get("sampson", {}).items()

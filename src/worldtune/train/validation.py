@@ -24,10 +24,11 @@ def validation_components(cfg: WorldtuneConfig, spec, pipe, device: torch.device
 
         from worldtune.models.build import build_scheduler
 
-        vae = AutoencoderKLWan.from_pretrained(root, subfolder="vae", local_files_only=True)
+        # loaded here, not through load_pipeline (which routes its VAE itself): oneDNN on the CPU, as there
+        vae = route_conv3d_to_onednn(AutoencoderKLWan.from_pretrained(root, subfolder="vae", local_files_only=True))
         sched_cls = type(build_scheduler(spec))
         sched = sched_cls.from_pretrained(root, subfolder="scheduler", local_files_only=True)
     else:
         pipe, _ = load_pipeline(cfg.model.name, None, seed=cfg.model.seed, random_weights=cfg.model.random_weights)
         vae, sched = pipe.vae, pipe.scheduler
-    return route_conv3d_to_onednn(vae.to(device)), sched
+    return vae.to(device), sched
