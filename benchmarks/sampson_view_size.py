@@ -50,12 +50,15 @@ def main() -> None:
     args = p.parse_args()
     demo = Path(args.demo)
     gen = demo / "generations"
+    if not (gen / "info.json").is_file() or not (demo / "dataset").is_dir():
+        raise SystemExit(f"{demo}: no generations/info.json or dataset/ here; run `worldtune demo` first, or point "
+                         "--demo at its output folder")
     layout = json.loads((gen / "info.json").read_text())["layout"]
     cal = Calibration.load(demo / "dataset")
     gate = SampsonConfig().gate
     matchers = {k: SiftMatcher(2000, r, s, c) for k, (r, s, c) in SETTINGS.items()}
     counts = {k: {"matches": 0, "within_gate": 0} for k in SETTINGS}
-    chances, frames, clips, size = [], 0, 0, None
+    chances, frames, clips = [], 0, 0
     t0 = time.perf_counter()
     for clip in sorted((gen / "ground_truth").glob("*.mp4")):
         views = split_views(read_video(str(clip))[0], layout)
@@ -66,7 +69,7 @@ def main() -> None:
         if F is None:
             continue
         size = views[a].shape[1:3]
-        chances.append(chance_share(F, views[a].shape[1:3], views[b].shape[1:3], gate))
+        chances.append(chance_share(F, size, views[b].shape[1:3], gate))
         clips += 1
         frames += len(views[a])
         for k, m in matchers.items():
@@ -75,10 +78,13 @@ def main() -> None:
                 d = sampson_distance(F, x0, x1)
                 counts[k]["matches"] += len(d)
                 counts[k]["within_gate"] += int((d <= gate).sum())
+    if not clips:
+        raise SystemExit(f"{gen / 'ground_truth'}: no real clip with a calibrated fixed camera pair; run `worldtune demo` "
+                         "first, or point --demo at its output folder")
     rows = {k: {**c, "per_frame": round(c["matches"] / max(frames, 1), 2),
                 "share_within_gate": round(c["within_gate"] / c["matches"], 3) if c["matches"] else None}
             for k, c in counts.items()}
-    out = {"demo": str(demo), "pair": f"{a}|{b}", "view_hw": list(size) if size else None, "gate_px": gate,
+    out = {"demo": str(demo), "pair": f"{a}|{b}", "view_hw": list(size), "gate_px": gate,
            "clips": clips, "frames": frames, "random_pairs_within_gate": round(float(np.mean(chances)), 3),
            "settings": rows, "seconds": round(time.perf_counter() - t0, 1), "machine": platform.processor() or
            platform.machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
