@@ -21,6 +21,10 @@ Goals (`--goals`, any of them, in this order):
   predict25  Predict2.5 2B LoRA step, 93x432x768 (benchmarks/train_bench.py): the diffusers example (`A_example`)
              vs worldtune's best (`B_best`).
 
+`--fp8` (gen, fd_chunk) times worldtune's path once more with the repeated blocks' linears in FP8 (models/fp8.py,
+`generate.fp8` / `serve.fp8`), after the bf16 figures: a labelled option whose frames are read against the plain
+path's and worldtune's bf16 ones, not against the noise floor.
+
 Equality (gen, fd_chunk): max and mean absolute difference of the uint8 frames (in [0, 1] units) and PSNR between
 worldtune's frames and the plain path's with the same inputs and seed, to be read against the noise floor.
 Training goals report the timed steps' spread as their noise floor.
@@ -55,6 +59,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cosmos3_bench as c3  # noqa: E402
 
+from worldtune.models.fp8 import quantize_blocks  # noqa: E402
+
 GOALS = ("gen", "fd_chunk", "fd_train", "lora", "predict25")
 # seconds per goal on an H200, about twice the measured ones (gen 74, fd_chunk 56 or 59 with --fd-compile, fd_train 32,
 # lora 11, predict25 73): compilation times vary between machines
@@ -75,6 +81,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fd-steps", type=int, default=None, help="fd_chunk: denoising steps; default 35 (tiny: 2)")
     p.add_argument("--fd-batch", type=int, default=None, help="fd_chunk: rollouts stepped at once; default 4 (tiny: 2)")
     p.add_argument("--fd-compile", action="store_true", help="fd_chunk: compiled decoder layers under the graphs")
+    p.add_argument("--fp8", action="store_true", help="gen, fd_chunk: also time worldtune's path with the blocks' "
+                   "linears in FP8 (models/fp8.py), a labelled option read against its own quality figure")
     p.add_argument("--fd-train-batch", default=None, help="fd_train: clips per step, comma-separated; default 1,4 "
                    "(tiny: 1,2)")
     p.add_argument("--repeats", type=int, default=None, help="fd_chunk: timed chunks per path; default 3 (tiny: 1)")
@@ -129,6 +137,15 @@ def clock(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
 
 def ratio(baseline: float | None, ours: float | None) -> float | None:
     return round(baseline / ours, 3) if baseline and ours else None
+
+
+def optional(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """An optional variant's figures, or why it failed: a failed option must not cost its goal's other figures."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 -- reported in the results, the goal goes on
+        traceback.print_exc()
+        return {"failed": f"{type(e).__name__}: {e}"}
 
 
 def spread(times: list[float]) -> dict[str, float] | None:
@@ -193,8 +210,18 @@ def goal_gen(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     (_, warm_s) = clock(lambda: worldtune_videos(1, images[:2]), dev)  # compiles, tunes, starts the decode thread
     c3.reset_peak(dev)
     ours, ours_s = clock(lambda: worldtune_videos(ns.steps, images), dev)
-    queue.close()
     base, fast = sum(plain_s) / len(images), ours_s / len(images)
+    fp8 = None
+    if args.fp8:
+        def fp8_videos() -> dict[str, Any]:
+            layers = quantize_blocks(pipe.transformer)
+            clock(lambda: worldtune_videos(1, images[:2]), dev)  # recompiles the blocks with the FP8 layers
+            low, low_s = clock(lambda: worldtune_videos(ns.steps, images), dev)
+            return {"layers": layers, "worldtune_s": round(low_s / len(images), 3),
+                    "ratio": ratio(base, low_s / len(images)), "vs_plain": [frame_diff(o, p) for o, p in zip(low, plain)],
+                    "vs_worldtune_bf16": [frame_diff(o, p) for o, p in zip(low, ours)]}
+        fp8 = optional(fp8_videos)
+    queue.close()
     return {"what": f"{spec.name} image2world {ns.frames}x{ns.height}x{ns.width}, {ns.steps} steps, guidance "
                     f"{ns.guidance:g}, {len(images)} videos",
             "baseline": "Cosmos3OmniPipeline.__call__ per video", "worldtune": "compiled blocks + cudnn.benchmark + "
@@ -203,7 +230,8 @@ def goal_gen(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
             "baseline_video_s": [round(s, 3) for s in plain_s], "worldtune_warmup_s": round(warm_s, 1),
             "noise_floor": {"kernel": floor_kernel(dev), **frame_diff(floor, plain[0])},
             "equality": [frame_diff(o, p) for o, p in zip(ours, plain)],
-            "peak_gib": {"baseline": plain_peak, "worldtune": c3.peak_gib(dev)}}
+            "peak_gib": {"baseline": plain_peak, "worldtune": c3.peak_gib(dev)},
+            **({"fp8": fp8} if fp8 else {})}
 
 
 # ---------------------------------------------------------------------------------------------- fd_chunk
@@ -243,9 +271,8 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
         rows.append({"guidance": guidance, "steps": args.fd_steps, "baseline_s": round(base, 3), "ref": ref,
                      "noise_floor": {"kernel": floor_kernel(device), **frame_diff(floor, ref)},
                      "peak_gib": {"baseline": plain_peak}})
-    sampler = pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=cuda, compile=args.fd_compile)
-    for row in rows:
-        guidance, ref = row["guidance"], row.pop("ref")
+    def measure(sampler, guidance: float, ref: np.ndarray) -> dict[str, Any]:
+        """The sampler's chunk alone and `--fd-batch` rollouts at once, timed after their shapes' first chunk."""
         one = request(args.seed, guidance)
         sampler.run([request(args.seed, guidance, steps=1)])  # captures this shape's graphs (every step count's)
         c3.reset_peak(device)
@@ -257,13 +284,39 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
         sampler.run([request(r.seed, guidance, r.first_frame, 1) for r in batch])  # captures the batch's shape
         c3.reset_peak(device)
         batched, batch_s = clock(lambda: sampler.run(batch), device)
-        row.update({
-            "worldtune_s": round(fast, 3), "ratio": ratio(row["baseline_s"], fast), "worldtune_batch": args.fd_batch,
-            "worldtune_batch_s_per_chunk": round(batch_s / len(batch), 3),
-            "ratio_batched": ratio(row["baseline_s"], batch_s / len(batch)),
-            "equality": frame_diff(ours, ref), "equality_batched_vs_alone": frame_diff(batched[0], ours),
-            "cuda_graphs_captured": sampler.call.captured,
-            "peak_gib": {**row["peak_gib"], "worldtune": fast_peak, "worldtune_batch": c3.peak_gib(device)}})
+        return {"worldtune_s": round(fast, 3), "worldtune_batch": args.fd_batch,
+                "worldtune_batch_s_per_chunk": round(batch_s / len(batch), 3),
+                "equality": frame_diff(ours, ref), "equality_batched_vs_alone": frame_diff(batched[0], ours),
+                "cuda_graphs_captured": sampler.call.captured, "frames": ours,
+                "peak_gib": {"worldtune": fast_peak, "worldtune_batch": c3.peak_gib(device)}}
+
+    refs = {row["guidance"]: row.pop("ref") for row in rows}
+    sampler = pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=cuda, compile=args.fd_compile)
+    for row in rows:
+        got = measure(sampler, row["guidance"], refs[row["guidance"]])
+        row["bf16_frames"] = got.pop("frames")
+        row.update({**got, "ratio": ratio(row["baseline_s"], got["worldtune_s"]),
+                    "ratio_batched": ratio(row["baseline_s"], got["worldtune_batch_s_per_chunk"]),
+                    "peak_gib": {**row["peak_gib"], **got["peak_gib"]}})
+    if args.fp8:
+        def fp8_rows() -> dict[str, Any]:
+            layers = quantize_blocks(pipe.transformer)  # a new sampler: the old one's graphs hold the bf16 layers
+            low = pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=cuda, compile=args.fd_compile)
+            out = {}
+            for row in rows:
+                got = measure(low, row["guidance"], refs[row["guidance"]])
+                frames = got.pop("frames")
+                out[str(row["guidance"])] = {
+                    **got, "vs_worldtune_bf16": frame_diff(frames, row["bf16_frames"]),
+                    "ratio": ratio(row["baseline_s"], got["worldtune_s"]),
+                    "ratio_batched": ratio(row["baseline_s"], got["worldtune_batch_s_per_chunk"])}
+                print("fp8", row["guidance"], out[str(row["guidance"])], flush=True)
+            return {"layers": layers, "by_guidance": out}
+        fp8 = optional(fp8_rows)
+        for row in rows:
+            row["fp8"] = (fp8 or {}).get("by_guidance", {}).get(str(row["guidance"]), fp8)
+    for row in rows:
+        row.pop("bf16_frames")
         print(row, flush=True)
     serve_default = next((r for r in rows if r["guidance"] == 6.0), rows[0])
     return {"what": f"{spec.name} forward dynamics {fa.height}x{fa.width}, {fa.chunk} actions, {args.fd_steps} steps",

@@ -144,3 +144,30 @@ def test_bad_adapter_fails_before_any_video(tiny_model_dir, folder_inputs, tmp_p
     with pytest.raises(GenerationError, match="does not exist in this base model"):
         run(_cfg(tiny_model_dir, folder_inputs, out, adapters=[{"path": str(bad)}]))
     assert not list(out.rglob("*.mp4"))
+
+
+def test_fp8_regenerates_the_models_rows_and_records_it(first_run, tiny_model_dir, folder_inputs, adapter_dir,
+                                                        tmp_path):
+    """generate.fp8 changes the frames, so it is part of each row's hash: turning it on regenerates the models' rows
+    (not the baselines, which the transformer does not make) and records it; the frames stay near bf16's."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(first_run, out)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*.mp4")}
+    run(_cfg(tiny_model_dir, folder_inputs, out, adapters=[{"path": str(adapter_dir), "name": "lora_a"}], fp8=True))
+    rows = _rows(out)
+    redone = {p.relative_to(out).as_posix() for p in out.rglob("*.mp4") if p.stat().st_mtime_ns != before.get(p)}
+    assert redone == {f"{m}/cube_s{s}.mp4" for m in ("base", "lora_a") for s in (5, 6)}
+    assert all(r["fp8"] for r in rows.values() if not r["baseline"])
+    low = read_frames(out / "base/cube_s5.mp4").astype(int)
+    full = read_frames(first_run / "base/cube_s5.mp4").astype(int)
+    assert 0 < np.abs(low - full).mean() < 3.0  # other frames, a few levels from bf16's
+
+
+def test_fuse_with_fp8_is_a_one_line_error():
+    from worldtune.config import load_config
+    from worldtune.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="turn one of them off"):
+        load_config(None, ["--generate.fuse", "true", "--generate.fp8", "true"])

@@ -14,7 +14,7 @@ from tests.benchmark_module import load_benchmark
 
 def test_tiny_run_of_every_goal(tmp_path, one_thread):
     bench = load_benchmark("speed_round3")
-    res = bench.main(["--tiny", "--device", "cpu", "--json", str(tmp_path / "r.json")])
+    res = bench.main(["--tiny", "--device", "cpu", "--fp8", "--json", str(tmp_path / "r.json")])
     assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(res, default=str))
     goals = res["goals"]
     assert set(goals) == set(bench.GOALS)
@@ -28,6 +28,10 @@ def test_tiny_run_of_every_goal(tmp_path, one_thread):
         for e in equal if isinstance(equal, list) else [equal]:
             assert e["max_abs"] == 0.0, name  # fp32 on the CPU: the fast path's frames are the plain path's
     assert goals["fd_chunk"]["rows"][0]["equality_batched_vs_alone"]["max_abs"] <= 1 / 255
+    fp8 = [goals["fd_chunk"]["rows"][0]["fp8"], *goals["gen"]["fp8"]["vs_worldtune_bf16"]]
+    assert goals["gen"]["fp8"]["layers"] > 0 and "failed" not in fp8[0]
+    for e in (fp8[0]["vs_worldtune_bf16"], *fp8[1:]):  # the labelled option: other frames, near the plain ones
+        assert 0 < e["mean_abs"] < 0.02
     assert goals["lora"]["planner_gib"] is not None
     assert all(r["planner_gib"] is not None for r in goals["fd_train"]["rows"] if "s_per_step" in r)
 

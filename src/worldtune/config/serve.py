@@ -99,6 +99,7 @@ class ServeConfig(Section):
                                      "CUDA graph on its first chunk and replay it after; None = on CUDA")
     compile: bool = Field(False, description="worldtune sampler: torch.compile the transformer's decoder layers (the "
                           "first chunk of each shape compiles first)")
+    fp8: bool = Field(False, description="labelled speed option, off by default: the transformer blocks' linear layers run FP8 (e4m3, row-wise scales) matmuls, on GPUs of compute capability 8.9 or later (and on the CPU); the frames differ from the bf16 model's by more than the noise floor (docs/benchmarks.md has the figure). Layers an adapter wraps stay bf16")
     max_batch: int = Field(8, description="worldtune sampler: the most steps (of different rollouts) generated in "
                            "one batch")
     batch_window: float = Field(0.005, description="seconds a step waits for other clients' steps to join its batch "

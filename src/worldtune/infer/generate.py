@@ -76,6 +76,7 @@ class Settings:
     device: str
     compile: bool
     fused_adaln: bool
+    fp8: bool = False  # FP8 matmuls (models/fp8.py): other frames, so part of each output's hash
 
     @property
     def cond_pixel_frames(self) -> int:
@@ -274,21 +275,35 @@ def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.dev
                     sampler="multiview" if multiview else "worldtune" if ours else "pipeline",
                     batch_guidance=multiview or ours and g.batch_guidance,
                     dtype=str(pipe.transformer.dtype).split(".")[-1], device=str(device),
-                    compile=cuda if g.compile is None else g.compile and cuda, fused_adaln=ours and g.fused_adaln)
+                    compile=cuda if g.compile is None else g.compile and cuda, fused_adaln=ours and g.fused_adaln,
+                    fp8=g.fp8)
 
 
 def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings, dynamic: bool | None) -> None:
-    """The trainer's speed switches (models/speed.py), after the adapters are loaded; `dynamic` is the
-    family's `compile_dynamic`."""
+    """The trainer's speed switches (models/speed.py), after the adapters are loaded (so the layers they wrap stay
+    out of `generate.fp8`); `dynamic` is the family's `compile_dynamic`."""
     from worldtune.models.speed import apply_speed
 
     if g.compile and not s.compile:
         print("note: generate.compile needs CUDA; running eager")
+    if s.fp8:
+        _fp8(transformer, "generate.fp8")
     try:
         apply_speed(transformer, fused_adaln=s.fused_adaln, compile=s.compile, attention=g.attention_backend,
                     dynamic=dynamic)
     except ConfigError as e:
         raise GenerationError(f"generate.attention_backend: {e}") from None
+
+
+def _fp8(transformer: torch.nn.Module, option: str) -> None:
+    """The blocks' linears in FP8 (models/fp8.py), refused with one line where the GPU has no FP8 matmul."""
+    from worldtune.models.fp8 import check_fp8_device, quantize_blocks
+
+    try:
+        check_fp8_device(next(transformer.parameters()).device)
+    except ConfigError as e:
+        raise GenerationError(f"{option}: {e}") from None
+    plain(f"{option}: {quantize_blocks(transformer)} linear layers run FP8 matmuls (frames differ from bf16's)")
 
 
 def _speed_up_vae(vae: torch.nn.Module, g: GenerateConfig, device: torch.device) -> None:
@@ -314,6 +329,8 @@ def _params_hash(variant: Variant, item: GenerationInput, seed: int, s: Settings
         "fuse": cfg.generate.fuse, "prompt": item.prompt, "image": str(item.image), "video": str(item.video),
         "seed": seed, **{k: v for k, v in asdict(s).items() if k not in SPEED_SETTINGS},
     }
+    if not s.fp8:
+        del key["fp8"]  # off: outputs made before the option existed keep their hash
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -561,7 +578,7 @@ def _write_outputs(out: Path, job: Job, video: np.ndarray, view_frames: dict[str
         "adapter": str(a.path) if a else None, "adapter_scale": a.scale if a else None,
         "fused": bool(cfg.generate.fuse and a), "transformer": cfg.generate.transformer,
         "base_model": cfg.model.path or cfg.model.name, "base_fingerprint": base_fp,
-        **{k: getattr(s, k) for k in SPEED_SETTINGS}, "dtype": s.dtype,
+        **{k: getattr(s, k) for k in SPEED_SETTINGS}, "dtype": s.dtype, "fp8": s.fp8,
         "elapsed_s": round(elapsed, 3), "params_hash": job.params_hash,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
