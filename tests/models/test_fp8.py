@@ -94,3 +94,13 @@ def test_only_the_blocks_plain_linears_change_and_adapters_keep_working():
     err = (low - ref).norm() / ref.norm()
     assert err < 0.05, err  # the whole model, FP8 against fp32
     assert (no_lora - low).norm() / ref.norm() > 5 * err  # the adapter's part is still there, above FP8's error
+
+
+def test_a_gpu_without_fp8_matmuls_is_a_one_line_error(monkeypatch):
+    from worldtune.errors import ConfigError
+    from worldtune.models.fp8 import apply_fp8
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(ConfigError, match=r"^generate.fp8: fp8 needs .* A100-SXM4-80GB is 8\.0: turn fp8 off$"):
+        apply_fp8(torch.nn.Linear(16, 16), torch.device("cuda"), "generate.fp8")

@@ -44,7 +44,10 @@ class GenerateConfig(Section):
     batch_guidance: bool = Field(True, description="both guidance branches in one batch-2 DiT call")
     compile: bool | None = Field(None, description="regional torch.compile of each block; None = on CUDA")
     fused_adaln: bool = Field(True, description="adaLN modulation per frame instead of per token")
-    fp8: bool = Field(False, description="labelled speed option, off by default: the transformer blocks' linear layers run FP8 (e4m3, row-wise scales) matmuls, on GPUs of compute capability 8.9 or later (and on the CPU); the frames differ from the bf16 model's by more than the noise floor (docs/benchmarks.md has the figure). Layers an adapter wraps stay bf16")
+    fp8: bool = Field(False, description="a labelled speed option: the transformer blocks' linear layers multiply in "
+                     "FP8 (e4m3, row-wise scales; GPUs of compute capability 8.9 or later, or the CPU). The frames "
+                     "differ from the bf16 model's by more than the noise floor (docs/benchmarks.md has the figure); "
+                     "an adapter's own layers stay full precision; not with generate.fuse")
     overlap_decode: bool = Field(True, description="on CUDA, decode each video on a stream of its own while the next "
                                  "video samples (the same frames; off CUDA videos decode one after another)")
     compile_vae: bool = Field(False, description="torch.compile the VAE decoder on CUDA (the first video of each shape "

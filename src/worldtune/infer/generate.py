@@ -297,13 +297,13 @@ def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings, dyna
 
 def _fp8(transformer: torch.nn.Module, option: str) -> None:
     """The blocks' linears in FP8 (models/fp8.py), refused with one line where the GPU has no FP8 matmul."""
-    from worldtune.models.fp8 import check_fp8_device, quantize_blocks
+    from worldtune.models.fp8 import apply_fp8
 
     try:
-        check_fp8_device(next(transformer.parameters()).device)
+        n = apply_fp8(transformer, next(transformer.parameters()).device, option)
     except ConfigError as e:
-        raise GenerationError(f"{option}: {e}") from None
-    plain(f"{option}: {quantize_blocks(transformer)} linear layers run FP8 matmuls (frames differ from bf16's)")
+        raise GenerationError(str(e)) from None
+    plain(f"{option}: {n} linear layers run FP8 matmuls (frames differ from bf16's)")
 
 
 def _speed_up_vae(vae: torch.nn.Module, g: GenerateConfig, device: torch.device) -> None:

@@ -95,6 +95,16 @@ def quantize_linears(blocks: nn.Module) -> int:
     return len(swaps)
 
 
+def apply_fp8(transformer: nn.Module, device: torch.device, option: str) -> int:
+    """`quantize_blocks` where the device has FP8 matmuls, else a one-line error naming `option` (the setting that
+    asked for it); returns how many linears were replaced."""
+    try:
+        check_fp8_device(device)
+    except ConfigError as e:
+        raise ConfigError(f"{option}: {e}") from None
+    return quantize_blocks(transformer)
+
+
 def quantize_blocks(transformer: nn.Module) -> int:
     """`quantize_linears` on each of the transformer's repeated blocks (models/speed.py `repeated_blocks`): the
     layers that carry nearly all of its matmuls; returns how many linears were replaced."""

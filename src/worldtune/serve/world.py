@@ -355,14 +355,10 @@ def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
     if graphs and not cuda:
         raise ConfigError("serve.cuda_graphs = true needs a CUDA device: unset it (or set it false) on CPU")
     if sc.fp8:  # before the sampler compiles or captures anything
-        from worldtune.models.fp8 import check_fp8_device, quantize_blocks
+        from worldtune.models.fp8 import apply_fp8
 
-        try:
-            check_fp8_device(pipe._get_execution_device())
-        except ConfigError as e:
-            raise ConfigError(f"serve.fp8: {e}") from None
-        print(f"serve.fp8: {quantize_blocks(pipe.transformer)} linear layers run FP8 matmuls (frames differ from "
-              f"bf16's)")
+        n = apply_fp8(pipe.transformer, pipe._get_execution_device(), "serve.fp8")
+        print(f"serve.fp8: {n} linear layers run FP8 matmuls (frames differ from bf16's)")
     return pipeline_dynamics(pipe).chunk_sampler(pipe, fast=sc.sampler == "worldtune", cuda_graphs=graphs,
                                                  compile=sc.compile)
 
