@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -53,16 +52,15 @@ def scores(videos_jsonl: Path) -> dict[str, dict[str, dict[tuple[str, int], floa
 def frame_change(full: Path, low: Path) -> dict[str, Any]:
     """How far each FP8 video is from its full-precision one: mean absolute difference ([0, 1] units) and PSNR."""
     from worldtune.data.video import read_frames
+    from worldtune.eval.pixels import psnr_from_mse
 
     diffs, psnrs = [], []
     for row in (json.loads(x) for x in (low / "generations.jsonl").read_text().splitlines()):
         if row.get("baseline"):
             continue
-        a = read_frames(low / row["video"]).astype(np.float64) / 255
-        b = read_frames(full / row["video"]).astype(np.float64) / 255
-        mse = float(((a - b) ** 2).mean())
-        diffs.append(float(np.abs(a - b).mean()))
-        psnrs.append(10 * np.log10(1 / mse) if mse else float("inf"))
+        d = read_frames(low / row["video"]).astype(np.float64) - read_frames(full / row["video"])
+        diffs.append(float(np.abs(d).mean()) / 255)
+        psnrs.append(float(psnr_from_mse((d ** 2).mean())))
     return {"videos": len(diffs), "mean_abs": round(float(np.mean(diffs)), 5),
             "psnr_db_median": round(float(np.median(psnrs)), 2), "psnr_db_min": round(float(np.min(psnrs)), 2)}
 
@@ -114,4 +112,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main() and 0)
+    main()

@@ -314,7 +314,7 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
             return {"layers": layers, "by_guidance": out}
         fp8 = optional(fp8_rows)
         for row in rows:
-            row["fp8"] = (fp8 or {}).get("by_guidance", {}).get(str(row["guidance"]), fp8)
+            row["fp8"] = fp8.get("by_guidance", {}).get(str(row["guidance"]), fp8)  # or why it failed
     for row in rows:
         row.pop("bf16_frames")
         print(row, flush=True)

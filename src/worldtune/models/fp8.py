@@ -69,10 +69,12 @@ class Float8Linear(nn.Module):
 def check_fp8_device(device: torch.device) -> None:
     """A one-line error where FP8 matmuls cannot run: CUDA before compute capability 8.9 (Ada, Hopper and later
     have FP8 tensor cores)."""
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
-        name = torch.cuda.get_device_name(device)
-        raise ConfigError(f"fp8 needs a GPU of compute capability 8.9 or later (Ada, Hopper); {name} is "
-                          f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}: turn fp8 off")
+    if device.type != "cuda":
+        return
+    capability = torch.cuda.get_device_capability(device)
+    if capability < (8, 9):
+        raise ConfigError(f"fp8 needs a GPU of compute capability 8.9 or later (Ada, Hopper); "
+                          f"{torch.cuda.get_device_name(device)} is {'.'.join(map(str, capability))}: turn fp8 off")
 
 
 def _convertible(name: str, m: nn.Module, parents: dict[str, nn.Module]) -> bool:

@@ -349,7 +349,7 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
 
 def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
     """The sampler serve.sampler names: worldtune's (batched rollouts, fixed buffers, CUDA graphs by default on CUDA)
-    or the plain pipeline call."""
+    or the plain pipeline call; with serve.fp8, on the transformer's blocks turned FP8 first."""
     cuda = pipe._get_execution_device().type == "cuda"
     graphs = cuda if sc.cuda_graphs is None else sc.cuda_graphs
     if graphs and not cuda:
