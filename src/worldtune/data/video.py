@@ -226,6 +226,14 @@ def _rate(fps: float) -> Fraction:
     return Fraction(fps).limit_denominator(1001)
 
 
+# x264's macroblock tree (the rate control that spends fewer bits on blocks later frames do not
+# reference) reads memory it never wrote (valgrind reports it inside x264_encoder_encode), so the
+# same frames encoded with one thread came out as different bytes now and then (1 prepare run in
+# 15 wrote a different clip). Off, no encode differed; the cost at crf 18 on 180x320 robot cameras
+# is 4-17 % more bytes and 0.06-0.45 dB PSNR (benchmarks/x264_reproducibility.py).
+REPRODUCIBLE_X264 = "mbtree=0"
+
+
 class VideoWriter:
     """Streams frames into `<path>`, atomically: the final name appears only after `close()`.
 
@@ -237,8 +245,9 @@ class VideoWriter:
                  preset: str | None = None, threads: int = 0, pix_fmt: str = "yuv420p",
                  gop: int | None = None, options: dict[str, str] | None = None,
                  input_format: str = "rgb24") -> None:
-        """`threads=1` makes x264's output the same bytes on every machine (0 = as many as the CPU
-        has: x264 then cuts frames into one slice per thread, so the bytes depend on the core count).
+        """`threads=1` makes x264's output the same bytes on every machine and every run (0 = as
+        many as the CPU has: x264 then cuts frames into one slice per thread, so the bytes depend on
+        the core count). With one thread x264's macroblock tree is also turned off (`REPRODUCIBLE_X264`).
         `input_format`: what `write` is given, "rgb24" (HxWx3) or "yuv420p" (I420 [H*3/2, W])."""
         if input_format not in ("rgb24", "yuv420p"):
             raise ValueError(f"input_format must be rgb24 or yuv420p, got {input_format!r}")
@@ -271,6 +280,8 @@ class VideoWriter:
             opts["crf"] = str(self.crf)
         if self.preset:
             opts["preset"] = str(self.preset)
+        if self.codec == "libx264" and self.threads == 1:
+            opts["x264-params"] = ":".join(filter(None, (REPRODUCIBLE_X264, opts.get("x264-params"))))  # the caller's own win
         s = self._c.add_stream(self.codec, rate=_rate(self.fps), options=opts)
         s.width, s.height, s.pix_fmt = w, h, self.pix_fmt
         if self.gop:
