@@ -280,7 +280,7 @@ class VideoWriter:
             opts["crf"] = str(self.crf)
         if self.preset:
             opts["preset"] = str(self.preset)
-        if self.codec == "libx264" and self.threads == 1:
+        if self.threads == 1 and av.Codec(self.codec, "w").name == "libx264":  # "h264" names it too
             opts["x264-params"] = ":".join(filter(None, (REPRODUCIBLE_X264, opts.get("x264-params"))))  # the caller's own win
         s = self._c.add_stream(self.codec, rate=_rate(self.fps), options=opts)
         s.width, s.height, s.pix_fmt = w, h, self.pix_fmt
