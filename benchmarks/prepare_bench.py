@@ -2,7 +2,8 @@
 
 Task per clip (DESIGN.md §2): 3 cameras of 180x320 h264 -> 2x2 grid 432x768 (cells 216x384, the
 bottom-right black), 93 frames at stride 4 (369 source frames), libx264 yuv420p with the SAME
-preset and crf on both sides, one thread each (x264 threads=1, decoder 1 thread, filter 1 thread).
+preset and crf on both sides, one thread each (x264 threads=1, decoder 1 thread, filter 1 thread),
+x264's macroblock tree off on both sides (what one thread means in worldtune: same bytes every run).
 "Per core" = clips per CPU-second (user+sys of the process doing the work), so thread counts
 do not flatter either side. Sources: per camera, a rendered synthetic frame panned one pixel per
 frame (motion x264 has to work on), h264 crf 23.
@@ -34,7 +35,7 @@ from worldtune.data import prepare as prep
 from worldtune.data.layout import GridLayout
 from worldtune.data.lerobot import VideoSpan
 from worldtune.data.synthetic import CAMERA_NAMES, SyntheticEpisode
-from worldtune.data.video import VideoWriter, read_frames
+from worldtune.data.video import REPRODUCIBLE_X264, VideoWriter, read_frames
 
 ROLES = ("exterior_1", "exterior_2", "wrist")
 F, S, H, W = 93, 4, 432, 768
@@ -93,7 +94,8 @@ def ffmpeg_cmd(exe: str, paths: dict[str, Path], out: Path, preset: str, crf: in
     for r in ROLES:
         cmd += ["-threads", "1", "-i", str(paths[r])]
     cmd += ["-filter_complex", ";".join(chains), "-map", "[g]", "-frames:v", str(F), "-r", str(fps_out),
-            "-c:v", "libx264", "-preset", preset, "-crf", str(crf), "-threads", "1", "-pix_fmt", "yuv420p", str(out)]
+            "-c:v", "libx264", "-preset", preset, "-crf", str(crf), "-threads", "1", "-x264-params", REPRODUCIBLE_X264,
+            "-pix_fmt", "yuv420p", str(out)]
     return cmd
 
 
@@ -179,7 +181,8 @@ def main() -> None:
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "versions": versions(),
         "settings": {"clips": a.clips, "repeats": a.repeats, "preset": a.preset, "crf": a.crf, "frames": F,
-                     "stride": S, "grid": [H, W], "cameras": "3 x 180x320 h264", "threads": 1},
+                     "stride": S, "grid": [H, W], "cameras": "3 x 180x320 h264", "threads": 1,
+                     "x264_params": REPRODUCIBLE_X264},
         "worldtune": {"wall_s_per_clip": wt_wall / a.clips, "cpu_s_per_clip": wt_cpu / a.clips,
                       "clips_per_cpu_s": a.clips / wt_cpu},
         "ffmpeg_xstack": {"wall_s_per_clip": ff_wall / a.clips, "cpu_s_per_clip": ff_cpu / a.clips,
