@@ -271,7 +271,7 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
         rows.append({"guidance": guidance, "steps": args.fd_steps, "baseline_s": round(base, 3), "ref": ref,
                      "noise_floor": {"kernel": floor_kernel(device), **frame_diff(floor, ref)},
                      "peak_gib": {"baseline": plain_peak}})
-    def measure(sampler, guidance: float, ref: np.ndarray) -> dict[str, Any]:
+    def measure(sampler, guidance: float, ref: np.ndarray, baseline_s: float) -> dict[str, Any]:
         """The sampler's chunk alone and `--fd-batch` rollouts at once, timed after their shapes' first chunk."""
         one = request(args.seed, guidance)
         sampler.run([request(args.seed, guidance, steps=1)])  # captures this shape's graphs (every step count's)
@@ -285,31 +285,30 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
         c3.reset_peak(device)
         batched, batch_s = clock(lambda: sampler.run(batch), device)
         return {"worldtune_s": round(fast, 3), "worldtune_batch": args.fd_batch,
-                "worldtune_batch_s_per_chunk": round(batch_s / len(batch), 3),
+                "worldtune_batch_s_per_chunk": round(batch_s / len(batch), 3), "ratio": ratio(baseline_s, fast),
+                "ratio_batched": ratio(baseline_s, batch_s / len(batch)),
                 "equality": frame_diff(ours, ref), "equality_batched_vs_alone": frame_diff(batched[0], ours),
                 "cuda_graphs_captured": sampler.call.captured, "frames": ours,
                 "peak_gib": {"worldtune": fast_peak, "worldtune_batch": c3.peak_gib(device)}}
 
+    def sampler():
+        return pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=cuda, compile=args.fd_compile)
+
     refs = {row["guidance"]: row.pop("ref") for row in rows}
-    sampler = pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=cuda, compile=args.fd_compile)
+    bf16 = sampler()
     for row in rows:
-        got = measure(sampler, row["guidance"], refs[row["guidance"]])
+        got = measure(bf16, row["guidance"], refs[row["guidance"]], row["baseline_s"])
         row["bf16_frames"] = got.pop("frames")
-        row.update({**got, "ratio": ratio(row["baseline_s"], got["worldtune_s"]),
-                    "ratio_batched": ratio(row["baseline_s"], got["worldtune_batch_s_per_chunk"]),
-                    "peak_gib": {**row["peak_gib"], **got["peak_gib"]}})
+        row.update({**got, "peak_gib": {**row["peak_gib"], **got["peak_gib"]}})
     if args.fp8:
         def fp8_rows() -> dict[str, Any]:
             layers = quantize_blocks(pipe.transformer)  # a new sampler: the old one's graphs hold the bf16 layers
-            low = pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=cuda, compile=args.fd_compile)
+            low = sampler()
             out = {}
             for row in rows:
-                got = measure(low, row["guidance"], refs[row["guidance"]])
+                got = measure(low, row["guidance"], refs[row["guidance"]], row["baseline_s"])
                 frames = got.pop("frames")
-                out[str(row["guidance"])] = {
-                    **got, "vs_worldtune_bf16": frame_diff(frames, row["bf16_frames"]),
-                    "ratio": ratio(row["baseline_s"], got["worldtune_s"]),
-                    "ratio_batched": ratio(row["baseline_s"], got["worldtune_batch_s_per_chunk"])}
+                out[str(row["guidance"])] = {**got, "vs_worldtune_bf16": frame_diff(frames, row["bf16_frames"])}
                 print("fp8", row["guidance"], out[str(row["guidance"])], flush=True)
             return {"layers": layers, "by_guidance": out}
         fp8 = optional(fp8_rows)

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from worldtune.config.section import Section, _check_4k1
+from worldtune.config.section import FP8_DESCRIPTION, Section, _check_4k1
 
 
 class AdapterSpec(Section):
@@ -44,10 +44,7 @@ class GenerateConfig(Section):
     batch_guidance: bool = Field(True, description="both guidance branches in one batch-2 DiT call")
     compile: bool | None = Field(None, description="regional torch.compile of each block; None = on CUDA")
     fused_adaln: bool = Field(True, description="adaLN modulation per frame instead of per token")
-    fp8: bool = Field(False, description="a labelled speed option: the transformer blocks' linear layers multiply in "
-                     "FP8 (e4m3, row-wise scales; GPUs of compute capability 8.9 or later, or the CPU). The frames "
-                     "differ from the bf16 model's by more than the noise floor (docs/benchmarks.md has the figure); "
-                     "an adapter's own layers stay full precision; not with generate.fuse")
+    fp8: bool = Field(False, description=FP8_DESCRIPTION + "; not with generate.fuse")
     overlap_decode: bool = Field(True, description="on CUDA, decode each video on a stream of its own while the next "
                                  "video samples (the same frames; off CUDA videos decode one after another)")
     compile_vae: bool = Field(False, description="torch.compile the VAE decoder on CUDA (the first video of each shape "

@@ -16,3 +16,9 @@ def _check_4k1(v: int) -> int:
         lo = max(1, (v - 1) // 4 * 4 + 1)
         raise ValueError(f"num_frames must be of the form 4k+1 (the VAE compresses time 4x), got {v}; try {lo} or {lo + 4}")
     return v
+
+
+FP8_DESCRIPTION = ("a labelled speed option: the transformer blocks' linear layers multiply in FP8 (e4m3, row-wise "
+                   "scales; GPUs of compute capability 8.9 or later, or the CPU). The frames differ from the bf16 "
+                   "model's by more than the noise floor (docs/benchmarks.md has the figure); an adapter's own layers "
+                   "stay full precision")

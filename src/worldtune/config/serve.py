@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from worldtune.config.section import Section
+from worldtune.config.section import FP8_DESCRIPTION, Section
 from worldtune.config.train import ACTION_TIERS
 
 
@@ -99,10 +99,7 @@ class ServeConfig(Section):
                                      "CUDA graph on its first chunk and replay it after; None = on CUDA")
     compile: bool = Field(False, description="worldtune sampler: torch.compile the transformer's decoder layers (the "
                           "first chunk of each shape compiles first)")
-    fp8: bool = Field(False, description="a labelled speed option: the transformer blocks' linear layers multiply in "
-                     "FP8 (e4m3, row-wise scales; GPUs of compute capability 8.9 or later, or the CPU). The frames "
-                     "differ from the bf16 model's by more than the noise floor (docs/benchmarks.md has the figure); "
-                     "an adapter's own layers stay full precision")
+    fp8: bool = Field(False, description=FP8_DESCRIPTION)
     max_batch: int = Field(8, description="worldtune sampler: the most steps (of different rollouts) generated in "
                            "one batch")
     batch_window: float = Field(0.005, description="seconds a step waits for other clients' steps to join its batch "

@@ -66,17 +66,6 @@ class Float8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, e4m3 row-wise"
 
 
-def check_fp8_device(device: torch.device) -> None:
-    """A one-line error where FP8 matmuls cannot run: CUDA before compute capability 8.9 (Ada, Hopper and later
-    have FP8 tensor cores)."""
-    if device.type != "cuda":
-        return
-    capability = torch.cuda.get_device_capability(device)
-    if capability < (8, 9):
-        raise ConfigError(f"fp8 needs a GPU of compute capability 8.9 or later (Ada, Hopper); "
-                          f"{torch.cuda.get_device_name(device)} is {'.'.join(map(str, capability))}: turn fp8 off")
-
-
 def _convertible(name: str, m: nn.Module, parents: dict[str, nn.Module]) -> bool:
     """A plain linear of FP8-able sizes that is not an adapter's own layer nor a DoRA layer's base."""
     if type(m) is not nn.Linear or m.in_features % 16 or m.out_features % 16 or "lora_" in name:
@@ -98,12 +87,11 @@ def quantize_linears(blocks: nn.Module) -> int:
 
 
 def apply_fp8(transformer: nn.Module, device: torch.device, option: str) -> int:
-    """`quantize_blocks` where the device has FP8 matmuls, else a one-line error naming `option` (the setting that
-    asked for it); returns how many linears were replaced."""
-    try:
-        check_fp8_device(device)
-    except ConfigError as e:
-        raise ConfigError(f"{option}: {e}") from None
+    """`quantize_blocks`, or a one-line error naming `option` (the setting that asked for it) on a CUDA GPU before
+    compute capability 8.9 (Ada, Hopper and later have FP8 tensor cores); returns how many linears were replaced."""
+    if device.type == "cuda" and (capability := torch.cuda.get_device_capability(device)) < (8, 9):
+        raise ConfigError(f"{option}: fp8 needs a GPU of compute capability 8.9 or later (Ada, Hopper); "
+                          f"{torch.cuda.get_device_name(device)} is {'.'.join(map(str, capability))}: turn fp8 off")
     return quantize_blocks(transformer)
 
 
