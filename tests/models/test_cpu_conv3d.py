@@ -67,3 +67,28 @@ def test_loaded_pipelines_route_their_vae():
     with torch.no_grad():
         ops = _ops(lambda: pipe.vae.decode(z))
     assert "aten::slow_conv3d" not in ops and "aten::mkldnn_convolution" in ops
+
+
+def test_the_pytorch_switch_leaves_pytorchs_kernel_choice(monkeypatch):
+    """`WORLDTUNE_CPU_CONV3D=pytorch`: a loaded VAE dispatches to the kernels a plain diffusers VAE of the same shapes
+    dispatches to (the reference kernel among them), not to the oneDNN route."""
+    from worldtune.models.load import load_pipeline
+
+    default, _ = load_pipeline("tiny-predict2.5", seed=0)
+    z = torch.zeros(1, default.vae.config.z_dim, 2, 8, 14)
+    monkeypatch.setenv("WORLDTUNE_CPU_CONV3D", "pytorch")
+    pipe, _ = load_pipeline("tiny-predict2.5", seed=0)
+    with seeded(0):
+        plain = build_vae(get_spec("tiny-predict2.5")).eval()
+    with torch.no_grad():
+        ops, routed, reference = (_ops(lambda m=m: m.decode(z)) for m in (pipe.vae, default.vae, plain))
+    assert ops == reference and "aten::slow_conv3d" in ops
+    assert "aten::slow_conv3d" not in routed
+
+
+def test_an_unknown_kernel_name_is_refused_in_one_line(monkeypatch):
+    from worldtune.errors import ConfigError
+
+    monkeypatch.setenv("WORLDTUNE_CPU_CONV3D", "mkl")
+    with pytest.raises(ConfigError, match=r"^WORLDTUNE_CPU_CONV3D='mkl': .*onednn.*pytorch"):
+        route_conv3d_to_onednn(torch.nn.Conv3d(2, 2, 3))

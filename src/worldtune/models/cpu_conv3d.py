@@ -8,14 +8,34 @@ lands on the reference kernel: about 6 times slower than oneDNN on the same inpu
 a CPU generation's time. `route_conv3d_to_onednn` sends a module's `nn.Conv3d` layers to oneDNN directly
 for float32 CPU inputs (the result differs from the reference kernel by float32 rounding only) and leaves
 every other input (CUDA, bf16, padding modes other than zeros) on PyTorch's own path.
+
+The rounding differs from the reference kernel's, so a worldtune video can differ from a plain diffusers pipeline's by a
+level here and there. `WORLDTUNE_CPU_CONV3D=pytorch` in the environment leaves PyTorch's own choice in place (as plain
+diffusers does), for a user who needs worldtune's frames to equal a plain pipeline's bit for bit.
 """
 
 from __future__ import annotations
 
+import os
 import types
 
 import torch
 from torch import nn
+
+from worldtune.errors import ConfigError
+
+KERNEL_ENV = "WORLDTUNE_CPU_CONV3D"
+KERNELS = ("onednn", "pytorch")
+
+
+def cpu_conv3d_kernel() -> str:
+    """`onednn` (the default) or `pytorch`, from `WORLDTUNE_CPU_CONV3D`; read at load time, so one process can load a
+    VAE each way."""
+    value = os.environ.get(KERNEL_ENV, "").strip().lower() or "onednn"
+    if value not in KERNELS:
+        raise ConfigError(f"{KERNEL_ENV}={value!r}: expected onednn (the default: fast CPU 3-D convolutions) or pytorch "
+                          "(PyTorch's own kernel choice, as a plain diffusers pipeline makes); set one or unset it")
+    return value
 
 
 def _conv_forward(self: nn.Conv3d, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
@@ -29,8 +49,8 @@ def _conv_forward(self: nn.Conv3d, input: torch.Tensor, weight: torch.Tensor, bi
 def route_conv3d_to_onednn(module: nn.Module) -> nn.Module:
     """Every `nn.Conv3d` in `module` runs float32 CPU inputs through oneDNN (in place; returns `module`).
 
-    A no-op where PyTorch was built without oneDNN."""
-    if not torch.backends.mkldnn.is_available():
+    A no-op where PyTorch was built without oneDNN, or with `WORLDTUNE_CPU_CONV3D=pytorch`."""
+    if cpu_conv3d_kernel() == "pytorch" or not torch.backends.mkldnn.is_available():
         return module
     for m in module.modules():
         if isinstance(m, nn.Conv3d):
