@@ -130,6 +130,39 @@ def test_loss_falls_and_only_the_adapter_and_the_domain_row_move(fd_data, tiny_c
         assert torch.equal(new[domain.id], trainer.transformer.get_submodule(name).weight[domain.id].detach())
 
 
+@pytest.mark.usefixtures("domain_tables")
+def test_full_mode_trains_the_generator_and_the_input_tables(fd_data, tiny_cosmos3_dir, tmp_path):
+    """`train.mode = "full"` with forward dynamics is accepted (docs/cosmos3.md lists what it refuses): the generator
+    pathway, the input action tables whole and the action modality embedding train; the output tables (no action is
+    predicted) and the reasoner stay; the export is a plain diffusers transformer."""
+    from diffusers import Cosmos3OmniTransformer
+
+    from worldtune.models.cosmos3 import Cosmos3
+    from worldtune.models.cosmos3_actions import OUTPUT_TABLES
+
+    refusals = (Path(__file__).parents[2] / "docs" / "cosmos3.md").read_text().split("**Refused in one line:**")[1]
+    refusals = refusals.split("\n\n")[0]
+    assert "train.fsdp" in refusals and 'train.mode = "full"' not in refusals, refusals
+    cfg = fd_cfg(tiny_cosmos3_dir, fd_data, tmp_path / "run", "--train.mode", "full", "--train.steps", "2",
+                 "--train.lr", "1e-2", "--train.checkpoint.every", "0")
+    trainer = Trainer(cfg)
+    before = {n: p.detach().clone() for n, p in trainer.transformer.named_parameters()}
+    summary = trainer.fit()
+    export = Path(summary["export"])
+    assert export.name == "transformer" and not (export.parent / ROWS_FILE).exists()
+    after = dict(Cosmos3OmniTransformer.from_pretrained(export).named_parameters())
+    generator = set(Cosmos3.generator_parameters(None, trainer.transformer))
+    assert all(not torch.equal(after[n], before[n]) for n in generator)
+    slot = trainer.setup.domain.id
+    for table in INPUT_TABLES:
+        assert not torch.equal(after[f"{table}.weight"][slot], before[f"{table}.weight"][slot]), table
+    for table in OUTPUT_TABLES:
+        assert torch.equal(after[f"{table}.weight"], before[f"{table}.weight"]), table
+    assert not torch.equal(after["action_modality_embed"], before["action_modality_embed"])
+    assert all(torch.equal(after[n], p) for n, p in before.items()
+               if n not in generator and not n.startswith(("action_proj_in", "action_proj_out", "action_modality")))
+
+
 def test_resume_is_exact_with_the_domain_rows(fd_data, tiny_cosmos3_dir, tmp_path):
     from worldtune.train.export import run as export_run
 
