@@ -5,12 +5,13 @@ Why: input names (a JSONL `name`, a dataset's clip ids and camera keys, camera r
 idm.json, adapter names, a request's labels) become output paths, and relative paths in a JSONL or an info.json
 are opened; unchecked, `../x` or `/etc/x` would write or read outside the folder they belong to. A safe name is
 one path component: letters, digits and `-_.=` only (anything else becomes `_`), no leading dot (no hidden files,
-no `..`), at most 120 characters, never empty. A read path is confined to its folder after `..` and links are
-resolved.
+no `..`), at most 120 characters, never empty. A read path is confined to its folder by its name (no absolute
+path, no `..` above the folder); links inside the folder, made by the user or their tools, are followed.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Mapping, TypeVar
@@ -42,19 +43,22 @@ def safe_names(names: Mapping[K, object], where: str) -> dict[K, str]:
 
 
 def inside(root: str | Path, relative: object, where: str) -> Path:
-    """`root / relative` when that stays inside `root` once `..` and symbolic links are resolved; a one-line
-    DatasetError naming `where` (the file and field the path came from) otherwise."""
+    """`root / relative` when the name stays inside `root`; a one-line DatasetError naming `where` (the file and field
+    the path came from) otherwise.
+
+    The name is judged as written, not where links lead: an absolute name, or one whose `..` climbs above `root`, is
+    refused, and the `..` of a name that stays inside are folded away before the path is used (so `link/..` never
+    means the link target's parent). Symbolic links in the folder are the user's (a Hugging Face hub cache snapshot
+    links every file into the repo's blobs/; a lab links in a shared drive) and are followed wherever they go."""
     text = str(relative) if isinstance(relative, (str, Path)) else None
     if not text or "\0" in text or Path(text).is_absolute():
         raise DatasetError(f"{where}: {shown(relative)} is not a relative path inside {root}: the file is damaged or "
                            "was edited; regenerate it")
-    base = Path(root)
-    path = base / text
-    resolved, top = path.resolve(), base.resolve()
-    if resolved != top and top not in resolved.parents:
-        raise DatasetError(f"{where}: {shown(relative)} points outside {root}: only files inside it are read; "
-                           "regenerate the file")
-    return path
+    folded = os.path.normpath(text)
+    if folded == ".." or folded.startswith(".." + os.sep):
+        raise DatasetError(f"{where}: {shown(relative)} points outside {root} (its '..' climbs out): only files "
+                           "inside it are read; regenerate the file")
+    return Path(root) / folded
 
 
 def shown(value: object, limit: int = 60) -> str:

@@ -41,14 +41,20 @@ def test_inside_refuses_paths_that_leave_their_folder(tmp_path, name):
     assert "\n" not in str(e.value)
 
 
-def test_inside_follows_links(tmp_path):
+def test_inside_follows_the_users_links_and_judges_the_name_as_written(tmp_path):
+    """A link in the folder is the user's and is followed wherever it leads; a name is refused for what it says
+    (`..` above the folder), and its `..` are folded before the path is used, so `link/..` is the folder itself."""
     from worldtune.names import inside
 
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "link").symlink_to(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "clip.mp4").write_bytes(b"linked in")
+    (tmp_path / "in" / "link").symlink_to(tmp_path / "elsewhere")
+    assert inside(tmp_path / "in", "link/clip.mp4", "x").read_bytes() == b"linked in"
+    assert inside(tmp_path / "in", "a/../b.mp4", "x") == tmp_path / "in" / "b.mp4"
+    assert inside(tmp_path / "in", "link/../b.mp4", "x") == tmp_path / "in" / "b.mp4"  # not elsewhere's parent
     with pytest.raises(DatasetError, match="points outside"):
-        inside(tmp_path / "in", "link/secret", "x")
-    assert inside(tmp_path / "in", "a/../b.mp4", "x") == tmp_path / "in" / "a/../b.mp4"
+        inside(tmp_path / "in", "link/../../elsewhere/clip.mp4", "x")
 
 
 # ---------------------------------------------------------------------------------------- serve record
