@@ -189,6 +189,51 @@ def test_a_bad_policy_label_is_refused_and_the_rollout_goes_on(server, label, wo
     client.end()
 
 
+@pytest.fixture
+def unsized_server(tiny_cosmos3_dir, one_thread):
+    """A one-camera server started without a frame size: the first accepted reset fixes it."""
+    from worldtune.serve.server import start
+
+    cfg = load_config(None, ["--model.path", str(tiny_cosmos3_dir), "--serve.port", "0", "--serve.steps", "2",
+                             "--serve.guidance", "1.0", "--serve.tier", "256", "--serve.device", "cpu",
+                             "--serve.fps", "15", "--serve.chunk_size", str(K)])
+    srv = start(cfg)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.close()
+
+
+@pytest.mark.parametrize("bad", ["float32", "two channels", "too large"])
+def test_a_refused_reset_leaves_the_frame_size_to_the_next_client(unsized_server, bad):
+    """A reset refused with 400 (a float32 32x48 frame, a 32x48 frame of two channels, or a 32x1920 frame, longer
+    than the size it would fix allows) fixes nothing: the next valid 64x112 client gets 64x112 frames."""
+    import json
+    import urllib.request
+
+    from worldtune.serve.protocol import encode_frames
+
+    url = unsized_server.url
+    wrong = {"float32": random_frames(1, 32, 48, seed=1)[0].astype(np.float32),
+             "two channels": random_frames(1, 32, 48, seed=1)[0][..., :2],
+             "too large": np.zeros((32, 48 * 40, 3), np.uint8)}[bad]
+    body = {"frames": encode_frames({"image": wrong}), "instruction": TASK, "seed": 0}
+    req = urllib.request.Request(url + "/reset", data=json.dumps(body).encode(), method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 400, json.loads(e.value.read())
+    info = Client(url).info()
+    assert info["camera_sizes"] is None and info["tier"] == 256 and info["max_frame_side"] > 64 * 4
+
+    client = Client(url)
+    obs = client.reset(random_frames(1, H, W, seed=2)[0], TASK, seed=0)
+    assert obs["image"].shape == (H, W, 3)
+    assert client.step(policy(0))["image"].shape == (K, H, W, 3)
+    assert Client(url).info()["camera_sizes"] == {"image": [H, W]}
+    client.end()
+
+
 def test_gym_style_wrapper(server):
     env = WorldModelEnv(server.url, _first_frames(), TASK, max_chunks=2, seed=3)
     obs, info = env.reset()

@@ -95,7 +95,7 @@ class WorldModel:
         self.cameras: CameraMap | None = None
         self.recorder: EpisodeRecorder | None = None
         if size is not None:
-            self._fix_size(*size)
+            self._keep_size(*self._sized(*size))
         self.rollouts: dict[str, Rollout] = {}
         self.ended: OrderedDict[str, tuple[Ended, str]] = OrderedDict()  # rollouts the server ended: (answer, why)
 
@@ -120,7 +120,7 @@ class WorldModel:
     def max_frame_side(self) -> int:
         """The longest side of a camera frame `reset` takes: MAX_SCALE times the model frame's longest side (a
         larger frame would only be shrunk), or UNSIZED_SIDE before the size is known."""
-        return MAX_SCALE * max(self.cameras.height, self.cameras.width) if self.cameras else UNSIZED_SIDE
+        return _max_side(self.cameras)
 
     @property
     def max_request_bytes(self) -> int:
@@ -138,18 +138,20 @@ class WorldModel:
         if not isinstance(instruction, str) or not instruction.strip():
             raise ServeError("reset: give the task instruction as a non-empty string")
         seed = check_seed(seed)
-        self._check_frames(frames)
+        self._check_frames(frames, self.max_frame_side)
         if len(self.rollouts) >= self.sc.max_rollouts:
             waiting = sum(r.unwritten is not None for r in self.rollouts.values())
             raise Refused(f"reset: {len(self.rollouts)} rollouts are open (serve.max_rollouts = {self.sc.max_rollouts}"
                           + (f", {waiting} waiting to be recorded" if waiting else "") + "): end one, or retry later",
                           503)
-        if self.cameras is None:  # no configured size: the first camera's frame, fitted to the tier
-            h, w = next(iter(frames.values())).shape[:2]
-            self._fix_size(*returned_size(h, w, self.tier or _smallest_tier(h, w)))
-            self._check_frames(frames)
+        # no configured size: the first camera's frame, fitted to the tier, fixes it, but only once every check of
+        # this reset has passed (a refused reset must leave the size to the next client)
+        cameras, tier = (self.cameras, self.tier) if self.cameras is not None else self._size_of(frames)
+        self._check_frames(frames, _max_side(cameras))
+        streams = cameras.to_streams(frames)
+        if self.cameras is None:
+            self._keep_size(cameras, tier)
         assert self.cameras is not None
-        streams = self.cameras.to_streams(frames)
         rid = secrets.token_hex(8)
         rollout = self.rollouts[rid] = Rollout(instruction, seed, streams, policy=policy)
         first = self.cameras.to_cameras([s[None] for s in streams])
@@ -295,21 +297,30 @@ class WorldModel:
         while len(self.ended) > ENDED_MEMORY:
             self.ended.popitem(last=False)
 
-    def _check_frames(self, frames: dict[str, np.ndarray]) -> None:
-        """Each camera frame has a size: not empty, not larger than `max_frame_side` a side."""
-        side = self.max_frame_side
+    @staticmethod
+    def _check_frames(frames: dict[str, np.ndarray], side: int) -> None:
+        """Each camera frame has a size: not empty, not larger than `side` (`max_frame_side`) a side."""
         for r, f in frames.items():
             if f.ndim != 3 or not (0 < f.shape[0] <= side and 0 < f.shape[1] <= side):
                 raise ServeError(f"reset: camera {r} frame is {'x'.join(map(str, f.shape))}: send one [H, W, 3] frame "
                                  f"of at least 1 and at most {side} pixels a side")
 
-    def _fix_size(self, height: int, width: int) -> None:
-        self.tier = self.tier or _smallest_tier(height, width)
-        check_stream_size(height, width, self.tier, "serve")
-        self.cameras = CameraMap(self.layout, height, width)
-        if self.record is not None:
-            self.recorder = EpisodeRecorder(self.record, self.fps, self.keys, self.cameras.camera_sizes(),
-                                            self.actions.names, self.sc.lossless)
+    def _size_of(self, frames: dict[str, np.ndarray]) -> tuple[CameraMap, int]:
+        """The camera map and tier the first camera's frame would fix (nothing is kept)."""
+        h, w = next(iter(frames.values())).shape[:2]
+        return self._sized(*returned_size(h, w, self.tier or _smallest_tier(h, w)))
+
+    def _sized(self, height: int, width: int) -> tuple[CameraMap, int]:
+        """The camera map and tier of a model stream of this size, checked (nothing is kept)."""
+        tier = self.tier or _smallest_tier(height, width)
+        check_stream_size(height, width, tier, "serve")
+        return CameraMap(self.layout, height, width), tier
+
+    def _keep_size(self, cameras: CameraMap, tier: int) -> None:
+        """Fix the model stream's size (and tier) for every later rollout, with the recorder of that size."""
+        recorder = None if self.record is None else EpisodeRecorder(
+            self.record, self.fps, self.keys, cameras.camera_sizes(), self.actions.names, self.sc.lossless)
+        self.cameras, self.tier, self.recorder = cameras, tier, recorder
 
     def _by_role(self, frames: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Frames keyed by role or by the dataset's camera key -> keyed by role; a lone frame fits one camera."""
@@ -361,6 +372,11 @@ def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
         print(f"serve.fp8: {n} linear layers run FP8 matmuls (frames differ from bf16's)")
     return pipeline_dynamics(pipe).chunk_sampler(pipe, fast=sc.sampler == "worldtune", cuda_graphs=graphs,
                                                  compile=sc.compile)
+
+
+def _max_side(cameras: CameraMap | None) -> int:
+    """MAX_SCALE times the model frame's longest side; UNSIZED_SIDE before the size is known."""
+    return MAX_SCALE * max(cameras.height, cameras.width) if cameras is not None else UNSIZED_SIDE
 
 
 def _smallest_tier(height: int, width: int) -> int:
