@@ -10,7 +10,8 @@ The run machinery is the DiT trainer's: `Dist` (one process or torchrun; gradien
 DDP), `ShardedSampler` (the global batch is the same sequence of windows for any number of
 processes, and its position is two integers a checkpoint stores), `CheckpointManager` (atomic,
 rotated, exact resume; metrics.jsonl cut back to the resumed step), `OutputLock` (one run per
-folder), `PREEMPTION` (SIGTERM or SIGUSR1: checkpoint at the next step, exit 42) and a progress bar.
+folder), `PREEMPTION` (SIGTERM or SIGUSR1: checkpoint at the next safe point, exit 42, up to the end of the
+run) and a progress bar.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import math
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -229,15 +230,29 @@ class IdmTrainer:
         step last checkpointed) is this one, say so in one line and exit with the code launchers requeue."""
         if not self.dist.any(PREEMPTION.requested):
             return
+        if saved == self.step == self.ic.steps:
+            what = (f"checkpoint of step {self.step} already saved, the held-out episodes not labelled yet; run the "
+                    "same command with --idm.resume auto to label them")
+            self._exit_preempted(f"after the last step: {what}")
         if self.step == 0:
             what = "nothing trained yet, nothing to save"
         elif saved == self.step:
             what = f"checkpoint of step {self.step} already saved"
         else:
             what = f"checkpoint {self.save()} saved"
+        self._exit_preempted(f"at step {self.step}: {what}; run the same command with --idm.resume auto to continue")
+
+    def stop_if_asked_when_done(self, summary: dict[str, Any]) -> None:
+        """The last safe point, once everything is written: a stop signal that came during the held-out labelling or
+        the report (both run to their end) still exits with the requeue code, as from any other moment of the run."""
+        if self.dist.any(PREEMPTION.requested):
+            self._exit_preempted(f"after the last step {self.step}: the run had finished, nothing to save "
+                                 f"({summary.get('idm')} and {summary.get('report')} are written)")
+
+    def _exit_preempted(self, when_what: str) -> NoReturn:
+        """Say in one line when the stop came and what it left behind, and exit with the code launchers requeue."""
         if self.dist.main:
-            print(f"stopped by {PREEMPTION.signal or 'a signal to another process'} at step {self.step}: {what}; run "
-                  "the same command with --idm.resume auto to continue", flush=True)
+            print(f"stopped by {PREEMPTION.signal or 'a signal to another process'} {when_what}", flush=True)
         raise typer.Exit(REQUEUE_EXIT_CODE)
 
     def fit(self) -> dict[str, Any]:
@@ -278,6 +293,7 @@ class IdmTrainer:
                     saved = self.step
                 self._stop_if_asked(saved)
         final = self.save()
+        self._stop_if_asked(self.step)  # a signal in the last steps or the last save: label on the rerun
         summary: dict[str, Any] = {"run": str(self.out), "steps": self.step, "first_loss": first, "last_loss": last,
                                    "checkpoint": str(final) if final else None,
                                    "seconds": round(time.time() - t_start, 1)}
@@ -341,5 +357,6 @@ def run(cfg: WorldtuneConfig) -> dict[str, Any]:
     with PREEMPTION.held():
         trainer = IdmTrainer(cfg)
         summary = trainer.fit()
+        trainer.stop_if_asked_when_done(summary)
         trainer.dist.close()
     return summary
