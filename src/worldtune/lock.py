@@ -27,11 +27,15 @@ class OutputLock:
     """Hold `<folder>/<name>` exclusively while a stage writes there (a context manager).
 
     A second holder gets a one-line `OutputError` naming the folder and the live run. Processes
-    of one multi-process run that share a folder pass distinct `name`s (one per rank).
+    of one multi-process run that share a folder pass distinct `name`s (one per rank). A stage whose
+    output folder appears only when complete locks a file beside it and passes that folder as `guards`,
+    the folder the refusal names (the folder holding the lock may be `.`).
     """
 
-    def __init__(self, folder: str | Path, stage: str, name: str = LOCK_NAME) -> None:
+    def __init__(self, folder: str | Path, stage: str, name: str = LOCK_NAME,
+                 guards: str | Path | None = None) -> None:
         self.folder, self.stage, self.path = Path(folder), stage, Path(folder) / name
+        self.guards = Path(guards) if guards is not None else self.folder
         self._f: IO[str] | None = None
 
     def __enter__(self) -> "OutputLock":
@@ -46,7 +50,7 @@ class OutputLock:
             f.seek(0)
             holder = _describe(f.read())
             f.close()
-            raise OutputError(f"{self.folder} is in use by another worldtune run ({holder}): wait for it to "
+            raise OutputError(f"{self.guards} is in use by another worldtune run ({holder}): wait for it to "
                               f"finish or choose another output folder") from None
         f.seek(0)
         f.truncate()

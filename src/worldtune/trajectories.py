@@ -241,7 +241,7 @@ class TrajectoryExport:
     def run(self) -> dict[str, Any]:
         """Write the dataset, holding `.<out>.lock` beside it: a second run into the same folder is refused in one
         line rather than deleting the first one's `.partial` folder under it."""
-        with OutputLock(self.out.parent, "trajectories", name=f".{self.out.name}.lock"):
+        with OutputLock(self.out.parent, "trajectories", name=f".{self.out.name}.lock", guards=self.out):
             if self.out.exists():  # finished by another run since this one was set up
                 raise DatasetError(f"{self.out} already exists: trajectories.out must name a new folder "
                                    f"(delete it or choose another)")

@@ -166,6 +166,25 @@ def test_two_trajectories_runs_into_one_folder_refuse_cleanly(small_generations,
     assert export.run()["episodes"]["synthetic"] == 1
 
 
+@pytest.mark.parametrize("relative", [True, False])
+def test_a_second_trajectories_run_is_refused_naming_the_output_folder(small_generations, tmp_path, monkeypatch,
+                                                                      relative):
+    """The lock sits beside `trajectories.out` (the folder appears only when complete); the refusal names the output
+    folder itself, not the folder around it (`.` for a relative `trajectories.out = "traj"`)."""
+    from worldtune.lock import OutputLock
+
+    gen, _ = small_generations
+    idm = _idm_with_cameras(tmp_path / "idm", {"exterior_1": "observation.images.a",
+                                               "exterior_2": "observation.images.b", "wrist": "observation.images.c"})
+    monkeypatch.chdir(tmp_path)
+    out = Path("traj") if relative else tmp_path / "traj"
+    export = _export(gen, idm, out)
+    with OutputLock(tmp_path, "trajectories", name=".traj.lock"):  # a first run, live
+        with pytest.raises(WorldtuneError) as e:
+            export.run()
+    assert str(e.value).startswith(f"{out} is in use by another worldtune run"), str(e.value)
+
+
 # ---------------------------------------------------------------------------------------- dataset reads
 def test_a_lerobot_video_path_that_leaves_the_dataset_is_a_one_line_error(small_generations, tmp_path):
     from worldtune.data.lerobot import LeRobotDataset
