@@ -154,6 +154,23 @@ def test_pytorch_kernel_switch_gives_the_plain_pipeline_frames_bit_for_bit(model
         np.testing.assert_array_equal(ours, to_uint8(direct), err_msg=f"seed {seed}")
 
 
+def test_a_plain_pipeline_with_worldtunes_kernels_gives_worldtunes_frames(pipe, model_dir):
+    """The other way to equality: a plain pipeline whose VAE is routed as worldtune's (the default, oneDNN) is."""
+    from diffusers import Cosmos3OmniPipeline
+
+    routed = Cosmos3OmniPipeline.from_pretrained(model_dir)
+    routed.set_progress_bar_config(disable=True)
+    route_conv3d_to_onednn(routed.vae)
+    family = family_of(get_spec("tiny-cosmos3"))
+    for seed in (5, 6, 7):
+        image = random_frames(1, H, W, seed=seed - 1)
+        ours = generate_video(pipe, family, _settings("image2world"), image, PROMPT, None, None, seed=seed)
+        direct = routed(PROMPT, image=Image.fromarray(image[0]), num_frames=F, height=H, width=W, fps=FPS,
+                        num_inference_steps=STEPS, guidance_scale=GUIDANCE,
+                        generator=torch.Generator().manual_seed(seed), output_type="np").video
+        np.testing.assert_array_equal(ours, to_uint8(direct), err_msg=f"seed {seed}")
+
+
 # ------------------------------------------------------------------------------------------- end to end
 def _cfg(model_dir: Path, inputs: Path, out: Path, **gen) -> WorldtuneConfig:
     base = dict(inputs=str(inputs), out=str(out), seeds=[5, 6], steps=STEPS, guidance=GUIDANCE, height=H, width=W,

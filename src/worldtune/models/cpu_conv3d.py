@@ -9,9 +9,9 @@ a CPU generation's time. `route_conv3d_to_onednn` sends a module's `nn.Conv3d` l
 for float32 CPU inputs (the result differs from the reference kernel by float32 rounding only) and leaves
 every other input (CUDA, bf16, padding modes other than zeros) on PyTorch's own path.
 
-The rounding differs from the reference kernel's, so a worldtune video can differ from a plain diffusers pipeline's by a
-level here and there. `WORLDTUNE_CPU_CONV3D=pytorch` in the environment leaves PyTorch's own choice in place (as plain
-diffusers does), for a user who needs worldtune's frames to equal a plain pipeline's bit for bit.
+That rounding can move a worldtune video away from a plain diffusers pipeline's by a level here and there.
+`WORLDTUNE_CPU_CONV3D=pytorch` in the environment leaves PyTorch's own choice in place (as plain diffusers does), for
+a user who needs worldtune's frames to equal a plain pipeline's bit for bit.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ def cpu_conv3d_kernel() -> str:
     VAE each way."""
     value = os.environ.get(KERNEL_ENV, "").strip().lower() or "onednn"
     if value not in KERNELS:
-        raise ConfigError(f"{KERNEL_ENV}={value!r}: expected onednn (the default: fast CPU 3-D convolutions) or pytorch "
-                          "(PyTorch's own kernel choice, as a plain diffusers pipeline makes); set one or unset it")
+        raise ConfigError(f"{KERNEL_ENV}={value!r}: expected onednn (the default: fast CPU 3-D convolutions) or "
+                          "pytorch (PyTorch's own kernel choice, as a plain diffusers pipeline makes); set one or "
+                          "unset it")
     return value
 
 
