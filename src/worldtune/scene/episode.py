@@ -101,8 +101,11 @@ def _make_textures(seed: int, size: int = 256, style: str = "demo") -> dict[str,
 
 
 # ------------------------------------------------------------------------------------ episodes
-_BLOCKS = {"red": ("cube", 0.025), "blue": ("cube", 0.025), "green": ("block", 0.02)}
+_BLOCKS = {"red": ("cube", 0.025), "blue": ("cube", 0.025), "green": ("block", 0.02)}  # name: (shape, half size m)
 _ARM_TOP = 0.75
+HOME = (0.0, -0.05, 0.35)  # where the scripted path starts
+OPEN, CLOSED = 0.06, 0.032  # the gripper's opening (m): released, and closed on a block
+BOWL_RADIUS, BOWL_HEIGHT = 0.07, 0.03  # the shallow bowl: a block let go over it rests on its floor at this height
 
 
 def _smooth(a: np.ndarray, b: np.ndarray, s: float) -> np.ndarray:
@@ -115,12 +118,17 @@ Keys = list[tuple[float, np.ndarray]]  # (fraction of the episode, gripper posit
 
 
 def _scripted_keys(ep: "SyntheticEpisode") -> tuple[Keys, tuple[float, float]]:
+    return scripted_keys(ep.blocks[ep.target], ep.place)
+
+
+def scripted_keys(block: np.ndarray, place: np.ndarray) -> tuple[Keys, tuple[float, float]]:
     """The one script: home, above the block, down, grasp, up, over where it goes, down, release, up, each at a
-    fixed fraction of the episode. Keys and the (close, release) fractions of the grasp."""
-    blk = ep.blocks[ep.target]
-    home = np.array([0.0, -0.05, 0.35])
+    fixed fraction of the episode. Keys and the (close, release) fractions of the grasp. `block` is the block's
+    centre, `place` where its bottom is let go (the scripted expert of worldtune.scene.policies follows it too)."""
+    blk = block
+    home = np.array(HOME)
     above_b, at_b = np.array([blk[0], blk[1], 0.2]), np.array([blk[0], blk[1], 0.0])
-    above_w, at_w = np.array([ep.place[0], ep.place[1], 0.2]), ep.place.copy()
+    above_w, at_w = np.array([place[0], place[1], 0.2]), np.asarray(place, float).copy()
     return [(0.0, home), (0.3, above_b), (0.42, at_b), (0.5, at_b), (0.6, above_b), (0.8, above_w),
             (0.88, at_w), (0.93, at_w), (1.0, above_w)], (0.46, 0.9)
 
@@ -159,6 +167,32 @@ def _varied_keys(ep: "SyntheticEpisode", rng: np.random.Generator) -> tuple[Keys
             keys.append(pos)
     total = times[-1]
     return [(t / total, p) for t, p in zip(times, keys)], (grasp[0] / total, grasp[1] / total)
+
+
+def path_at(keys: Keys, grasp: tuple[float, float], i: int, length: int) -> tuple[np.ndarray, float, bool]:
+    """Frame i of `length` along a keyframe path: the gripper's position, its opening, and whether it is closed."""
+    s = i / max(1, length - 1)
+    for (s0, p0), (s1, p1) in zip(keys, keys[1:]):
+        if s <= s1:
+            pos = _smooth(p0, p1, (s - s0) / max(1e-9, s1 - s0))
+            break
+    else:
+        pos = keys[-1][1]
+    closed = grasp[0] <= s < grasp[1]
+    return pos, (CLOSED if closed else OPEN), closed
+
+
+def block_size(name: str) -> float:
+    """Half the edge of the block `name` (m)."""
+    return _BLOCKS[name][1]
+
+
+def block_shape(name: str) -> str:
+    """What the task calls the block `name`: "cube" or "block"."""
+    return _BLOCKS[name][0]
+
+
+BLOCK_NAMES: tuple[str, ...] = tuple(_BLOCKS)
 
 
 @dataclass
@@ -227,7 +261,7 @@ class SyntheticEpisode:
     def _place(self) -> np.ndarray:
         """Where the carried block's bottom is let go: on the bowl's floor, or on top of the block `place_on`."""
         if self.place_on == "bowl":
-            return np.array([self.bowl[0], self.bowl[1], 0.03])
+            return np.array([self.bowl[0], self.bowl[1], BOWL_HEIGHT])
         if self.place_on not in _BLOCKS or self.place_on == self.target:
             raise ValueError(f"place_on '{self.place_on}' is not a place for the {self.target} block: 'bowl' or "
                              f"another block ({', '.join(n for n in _BLOCKS if n != self.target)})")
@@ -237,15 +271,7 @@ class SyntheticEpisode:
     # trajectory ---------------------------------------------------------------------------
     def gripper(self, i: int) -> tuple[np.ndarray, float, bool]:
         """Gripper position (bottom of the fingers), opening in metres, and whether it holds the block."""
-        s = i / max(1, self.length - 1)
-        for (s0, p0), (s1, p1) in zip(self.keys, self.keys[1:]):
-            if s <= s1:
-                pos = _smooth(p0, p1, (s - s0) / max(1e-9, s1 - s0))
-                break
-        else:
-            pos = self.keys[-1][1]
-        closed = self.grasp[0] <= s < self.grasp[1]
-        opening = 0.032 if closed else 0.06
+        pos, opening, closed = path_at(self.keys, self.grasp, i, self.length)
         return pos, opening, closed and self.success
 
     def block_position(self, name: str, i: int) -> np.ndarray:
@@ -270,33 +296,43 @@ class SyntheticEpisode:
         return out
 
     def camera(self, role: str, i: int) -> Camera:
+        return self.camera_at(role, self.gripper(i)[0])
+
+    def camera_at(self, role: str, gripper: np.ndarray) -> Camera:
+        """Camera `role` with the gripper at `gripper` (the wrist camera rides on it; the others stand still)."""
         name = camera_name(role)
         if name != "wrist_left":
             R, t = self.ext[name]
             return Camera(self.K_ext, R, t, self.width, self.height)
-        g, _, _ = self.gripper(i)
+        g = gripper
         eye = g + np.array([0.0, -0.1, 0.07])
         R, t = look_at(eye, g + np.array([0.0, 0.12, -0.1]))
         return Camera(self.K_wrist, R, t, self.width, self.height)
 
     # scene --------------------------------------------------------------------------------
-    def _static(self) -> list:
+    def _static(self, still: tuple[str, ...] | None = None) -> list:
+        """What does not move: table, floor, wall, bowl and the blocks `still` (None: all but the target)."""
         table = Plane(2, 0.0, "table", 1.0, ((-0.55, 0.55), (-0.4, 0.45)), 500.0)
         floor = Plane(2, -0.7, "floor", 1.0, None, 250.0)
         # the hard scene's wall stands right behind the table (a lab wall with posters): the one
         # large surface both wide-baseline cameras see
         wall = (Plane(1, 0.62, "mat", -1.0, ((-3.0, 3.0), (-0.7, 3.0)), 300.0) if self.style == "hard"
                 else Plane(1, 1.2, "wall", -1.0, None, 150.0))
-        bowl = Cylinder(self.bowl, 0.07, 0.03, "bowl")
-        still = [Box(self.blocks[n], np.full(3, size), n, self.yaws[n]) for n, (_, size) in _BLOCKS.items()
-                 if n != self.target]  # blocks the arm never touches
-        return [table, floor, wall, bowl, *still]
+        bowl = Cylinder(self.bowl, BOWL_RADIUS, BOWL_HEIGHT, "bowl")
+        if still is None:
+            still = tuple(n for n in _BLOCKS if n != self.target)  # blocks the arm never touches
+        blocks = [Box(self.blocks[n], np.full(3, size), n, self.yaws[n]) for n, (_, size) in _BLOCKS.items()
+                  if n in still]
+        return [table, floor, wall, bowl, *blocks]
 
     def _moving(self, i: int) -> list:
+        """What moves at frame i: the target block, then the arm."""
         g, opening, _ = self.gripper(i)
-        prims: list = []
-        size = _BLOCKS[self.target][1]
-        prims.append(Box(self.block_position(self.target, i), np.full(3, size), self.target, self.yaws[self.target]))
+        return self._moving_at(g, opening, {self.target: self.block_position(self.target, i)})
+
+    def _moving_at(self, g: np.ndarray, opening: float, blocks: dict[str, np.ndarray]) -> list:
+        """The arm with the gripper at `g`, open `opening` m, and the blocks that move at their centres `blocks`."""
+        prims: list = [Box(pos, np.full(3, _BLOCKS[n][1]), n, self.yaws[n]) for n, pos in blocks.items()]
         palm_z = g[2] + 0.05
         prims.append(Box(np.array([g[0], g[1], palm_z + 0.012]), np.array([0.055, 0.025, 0.012]), "arm"))
         for sgn in (-1, 1):
@@ -308,15 +344,25 @@ class SyntheticEpisode:
 
     def render_view(self, role: str, i: int) -> np.ndarray:
         """HxWx3 uint8 RGB image of camera `role` at frame i."""
+        g, opening, _ = self.gripper(i)
+        return self.render_state(role, g, opening, {self.target: self.block_position(self.target, i)})
+
+    def render_state(self, role: str, gripper: np.ndarray, opening: float, moving: dict[str, np.ndarray],
+                     still: tuple[str, ...] | None = None) -> np.ndarray:
+        """HxWx3 uint8 RGB image of camera `role` with the gripper at `gripper`, open `opening` m, the blocks
+        `moving` at the centres given, and the blocks `still` (None: all but the target) where they started.
+        The dataset's frames and the simulator's (worldtune.scene.sim) both come from here, so one state draws
+        one image. The still part of an exterior view is drawn once per set of still blocks."""
         name = camera_name(role)
-        cam = self.camera(name, i)
+        cam = self.camera_at(name, gripper)
         if name == "wrist_left":
-            depth, color = render(cam, self._static(), self.tex)
+            depth, color = render(cam, self._static(still), self.tex)
         else:
-            if name not in self._static_cache:
-                self._static_cache[name] = render(cam, self._static(), self.tex)
-            depth, color = (a.copy() for a in self._static_cache[name])
-        render(cam, self._moving(i), self.tex, depth, color)
+            key = name if still is None else (name, still)
+            if key not in self._static_cache:
+                self._static_cache[key] = render(cam, self._static(still), self.tex)
+            depth, color = (a.copy() for a in self._static_cache[key])
+        render(cam, self._moving_at(gripper, opening, moving), self.tex, depth, color)
         img = (np.clip(color, 0, 1) * 255 + 0.5).astype(np.uint8)
         return img.reshape(cam.height, cam.width, 3)
 
