@@ -17,8 +17,9 @@ are fine (the pixel coordinates are scaled). The decision, from the points found
 
 - in the bowl: the block's centre within `BOWL_RADIUS` + `xy_tol` of the bowl's (seen from above), and at the
   height of a block resting on the bowl's floor (not on the table beside it, not held above it), within `z_tol`;
-- on a block: its centre within `stack_xy` of the other block's (seen from above) and one block-height above it,
-  within `z_tol`.
+- on a block: its centre within `stack_xy` of the other block's (seen from above), and at the height of a block
+  resting on that one (which stands on the table, or on the bowl's floor where it is found in the bowl), within
+  `z_tol`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ COLOURS: dict[str, tuple[tuple[int, int], int, int]] = {  # name: ((hue lo, hue 
     "green": ((45, 80), 120, 30),
     "blue": ((100, 125), 120, 30),
 }
-_WORKSPACE = ((-0.7, 0.7), (-0.55, 0.6), (-0.05, 0.7))  # where an object can be (m): x, y, z
+_WORKSPACE = ((-0.6, 0.6), (-0.45, 0.5), (-0.05, 0.6))  # where an object can be (m): over the table
+RESTING_BELOW = 0.12  # m: a centre under this height may rest (on the table, the bowl, a block); above, it is held
 
 
 @dataclass
@@ -122,7 +124,7 @@ class SuccessDetector:
     def judge_frame(self, views: Mapping[str, np.ndarray], task: SceneTask) -> Verdict:
         """One moment: locate what the task names, then check its predicate. A block found at a height where it
         cannot be resting on its place is a failure even where the place itself is hidden."""
-        names = [task.target, task.place_on]
+        names = [task.target, task.place_on] + (["bowl"] if task.place_on != "bowl" else [])
         found = self.locate(views, names)
         pos = {n: [round(float(v), 4) for v in p] for n, p in found.items()}
         if task.target not in found:
@@ -130,10 +132,8 @@ class SuccessDetector:
         t = found[task.target]
         if task.place_on == "bowl":
             want = BOWL_HEIGHT + block_size(task.target)
-        elif task.place_on in found:
-            want = found[task.place_on][2] + block_size(task.place_on) + block_size(task.target)
         else:
-            want = 3 * block_size(task.place_on) + block_size(task.target)  # on the other block, that on the table
+            want = self._rest(found, task.place_on) + 2 * block_size(task.place_on) + block_size(task.target)
         height = f"its centre {t[2] * 100:.1f} cm high (resting there: {want * 100:.1f})"
         if abs(t[2] - want) > self.z_tol:
             return Verdict(False, task, f"the {task.target} block is not at the height of its place: {height}", pos)
@@ -143,6 +143,16 @@ class SuccessDetector:
         ok = d <= (BOWL_RADIUS + self.xy_tol if task.place_on == "bowl" else self.stack_xy)
         return Verdict(bool(ok), task, f"the {task.target} block is {d * 100:.1f} cm from the {task.place_on} (seen "
                                        f"from above), {height}", pos)
+
+    @staticmethod
+    def _rest(found: Mapping[str, np.ndarray], block: str) -> float:
+        """The height of what the block `block` stands on: the bowl's floor where it is found within the bowl,
+        else the table. (Its own triangulated height is no guide: with a block on top, only its sides show, and
+        their centre lies lower than the block's.)"""
+        if block in found and "bowl" in found:
+            if np.hypot(*(found[block][:2] - found["bowl"][:2])) <= BOWL_RADIUS:
+                return BOWL_HEIGHT
+        return 0.0
 
     def locate(self, views: Mapping[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
         """Where each named object is ([x, y, z] m), for those found in two views."""
@@ -163,21 +173,30 @@ class SuccessDetector:
         hue = hsv[..., 0]
         in_hue = (hue >= h0) | (hue <= h1) if h0 > h1 else (hue >= h0) & (hue <= h1)
         mask = (in_hue & (hsv[..., 1] >= s_min) & (hsv[..., 2] >= v_min)).astype(np.uint8)
-        n, _, stats, cents = cv2.connectedComponentsWithStats(mask, connectivity=8)
+        n, labels, stats, cents = cv2.connectedComponentsWithStats(mask, connectivity=8)
         sx, sy = cam.width / shape[1], cam.height / shape[0]
-        return [(np.array([(cents[k, 0] + 0.5) * sx - 0.5, (cents[k, 1] + 0.5) * sy - 0.5]), int(stats[k, 4]))
-                for k in range(1, n) if stats[k, 4] >= self.min_area]
+        out = []
+        for k in range(1, n):
+            if stats[k, 4] < self.min_area:
+                continue
+            c = _rim_centre(labels == k) if name == "bowl" else cents[k]
+            out.append((np.array([(c[0] + 0.5) * sx - 0.5, (c[1] + 0.5) * sy - 0.5]), int(stats[k, 4])))
+        return out
 
     def _pair(self, b1: list, b2: list, c1: Camera, c2: Camera) -> np.ndarray | None:
-        """The largest pair of blobs, one a view, that triangulates to one point in the workspace."""
-        best, best_area = None, -1
+        """The pair of blobs, one a view, that triangulates to one point in the workspace: one at a height where
+        things rest (under `RESTING_BELOW`) before one in the air (a held block is still found when nothing else
+        matches: a stray pair of like-coloured spots elsewhere in the room mostly lands in the air), then the
+        largest, then the one that reprojects closer."""
+        best, best_key = None, (False, -1, 0.0)
         for p1, a1 in b1:
             for p2, a2 in b2:
                 X = triangulate(c1, c2, p1, p2)
                 err = max(np.linalg.norm(c1.project(X[None])[0] - p1), np.linalg.norm(c2.project(X[None])[0] - p2))
                 inside = all(lo <= v <= hi for v, (lo, hi) in zip(X, _WORKSPACE))
-                if err <= self.max_reprojection and inside and min(a1, a2) > best_area:
-                    best, best_area = X, min(a1, a2)
+                key = (bool(X[2] < RESTING_BELOW), min(a1, a2), -err)
+                if err <= self.max_reprojection and inside and key > best_key:
+                    best, best_key = X, key
         return best
 
 
@@ -188,6 +207,18 @@ def triangulate(c1: Camera, c2: Camera, p1: np.ndarray, p2: np.ndarray) -> np.nd
     A = np.stack([p1[0] * P1[2] - P1[0], p1[1] * P1[2] - P1[1], p2[0] * P2[2] - P2[0], p2[1] * P2[2] - P2[1]])
     X = np.linalg.svd(A)[2][-1]
     return X[:3] / X[3]
+
+
+def _rim_centre(blob: np.ndarray) -> np.ndarray:
+    """The bowl's centre in the image: the centre of the ellipse fitted to its outline (its convex hull), which a
+    block in the bowl, hiding part of the bowl's pixels, moves far less than it moves their centroid."""
+    pts = cv2.findContours(blob.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)[0]
+    hull = cv2.convexHull(np.concatenate(pts))
+    if len(hull) < 5:
+        ys, xs = np.nonzero(blob)
+        return np.array([xs.mean(), ys.mean()])
+    (cx, cy), _, _ = cv2.fitEllipse(hull)
+    return np.array([cx, cy])
 
 
 def _hsv(im: np.ndarray) -> np.ndarray:
