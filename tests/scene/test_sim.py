@@ -141,6 +141,16 @@ def test_bad_actions_and_tasks_are_named():
         env.reset(seed=0, task="pour the coffee")
     with pytest.raises(ConfigError, match="no place for the red block"):
         SceneTask("red", "red")
+    with pytest.raises(ConfigError, match=r"options\['gripper'\] must be 4 finite numbers"):
+        env.reset(seed=0, options={"gripper": [0, 0, float("nan"), 0.06]})
+
+
+def test_a_reset_without_a_seed_takes_the_next_layout():
+    env = SceneEnv(cameras=())
+    env.reset(seed=5)
+    _, info = env.reset()
+    _, again = SceneEnv(cameras=()).reset(seed=6)
+    assert all(np.array_equal(info["blocks"][n], again["blocks"][n]) for n in info["blocks"])
 
 
 def test_truncates_after_max_steps_and_clips_the_action():

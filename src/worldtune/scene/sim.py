@@ -90,24 +90,30 @@ class SceneEnv(_Base):  # type: ignore[misc, valid-type]
         self.state: SceneState | None = None
         self.task: SceneTask | None = None
         self.steps = 0
+        self._next = 0  # the layout a reset without a seed takes: the one after the last
         self._spaces()
 
     # gymnasium API ------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None,
               task: SceneTask | str | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Lay out the scene of `seed` (blocks, bowl, cameras) and start `task` (a SceneTask or its
-        instruction; also taken from options["task"]; None: the block that layout's dataset episode picks, into
-        the bowl). options["gripper"] = [x, y, z, opening] starts the gripper elsewhere than home."""
+        """Lay out the scene of `seed` (blocks, bowl, cameras; None: the layout after the last one, from 0) and
+        start `task` (a SceneTask or its instruction; also taken from options["task"]; None: the block that
+        layout's dataset episode picks, into the bowl). options["gripper"] = [x, y, z, opening] starts the
+        gripper elsewhere than home."""
         options = options or {}
         task = task if task is not None else options.get("task")
-        index = 0 if seed is None else int(seed)
+        index = self._next if seed is None else int(seed)
+        self._next = index + 1
         if _Base is not object:
             super().reset(seed=seed)  # gymnasium's own seeding (self.np_random)
         targets = (SceneTask.parse(task).target,) if task is not None else ()
         self.layout = SyntheticEpisode(index, self.max_steps + 1, self.scene_seed, self.height, self.width,
                                        style=self.style, targets=targets)
         self.task = SceneTask.parse(task) if task is not None else SceneTask(self.layout.target)
-        start = np.asarray(options.get("gripper", [*HOME, OPEN]), np.float64)
+        start = np.asarray(options.get("gripper", [*HOME, OPEN]), np.float64).reshape(-1)
+        if start.shape != (4,) or not np.isfinite(start).all():
+            raise ConfigError(f"SceneEnv.reset: options['gripper'] must be 4 finite numbers [x, y, z, gripper], got "
+                              f"{start.tolist()}")
         blocks = {n: self.layout.blocks[n].copy() for n in BLOCK_NAMES}
         self.state = SceneState(start[:3].copy(), float(start[3]), blocks, {n: "table" for n in BLOCK_NAMES})
         self.steps = 0
