@@ -43,6 +43,18 @@ def test_judges_a_written_datasets_clips(tmp_path):
     assert verdicts == [True, True, False, True]
 
 
+def test_a_rig_placed_per_episode_needs_the_episode(tmp_path):
+    """The hard style re-places the exterior cameras every episode: the detector takes the episode's rig, and
+    without an episode says so rather than judge with another episode's cameras."""
+    root = write_demo_dataset(tmp_path / "hard", episodes=2, style="hard", length=16, workers=1)
+    with pytest.raises(EvaluationError, match="per episode.*episode="):
+        SuccessDetector.from_cameras_json(root / "meta" / "cameras.json")
+    ds = LeRobotDataset(root)
+    ep = ds.episodes[1]
+    clips = {k: ds.episode_frames(ep, k) for k in ds.camera_keys() if "exterior" in k}
+    assert SuccessDetector.from_cameras_json(root / "meta" / "cameras.json", episode=1)(clips, ep.task).success
+
+
 def test_frames_of_another_size_and_a_hidden_block():
     env = SceneEnv(cameras=())
     r = rollout(env, panel()[0], SceneTask("blue", "red"), 7, views=VIEWS)

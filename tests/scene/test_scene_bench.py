@@ -14,5 +14,6 @@ def test_the_benchmark_counts_and_rates_add_up():
         assert p["success_rate"] == p["successes"] / 3 and p["ci95"][0] <= p["success_rate"] <= p["ci95"][1]
     assert policies["expert"]["successes"] == 3 and policies["random"]["successes"] == 0
     assert sum(out["detector"]["confusion"].values()) == out["detector"]["rollouts"]
-    assert out["detector"]["agree"] == out["detector"]["confusion"]["true_pos"] + out["detector"]["confusion"]["true_neg"]
+    confusion = out["detector"]["confusion"]
+    assert out["detector"]["agree"] == confusion["true_pos"] + confusion["true_neg"]
     assert bench.spearman([1, 2, 2, 3], [1, 2, 2, 3]) == 1.0 and bench.spearman([1, 2, 3], [3, 2, 1]) == -1.0

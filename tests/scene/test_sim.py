@@ -134,6 +134,8 @@ def test_bad_actions_and_tasks_are_named():
     env = SceneEnv(cameras=())
     with pytest.raises(ConfigError, match="before reset"):
         env.step(np.zeros(4))
+    with pytest.raises(ConfigError, match="render_views before reset"):
+        env.render_views(("exterior_1",))
     env.reset(seed=0, task=SceneTask("red"))
     with pytest.raises(ConfigError, match=r"4 finite numbers \[x, y, z, gripper\]"):
         env.step(np.zeros(3))

@@ -93,7 +93,10 @@ class SuccessDetector:
             for key, c in doc["cameras"].items():
                 if not c.get("static", True):
                     continue
-                pose = c if "R" in c else c["episodes"][str(episode if episode is not None else 0)]
+                if "R" not in c and episode is None:
+                    raise EvaluationError(f"success detector: {path} places the cameras per episode: say which "
+                                          "episode's clip is judged (episode=...)")
+                pose = c if "R" in c else c["episodes"][str(episode)]
                 cams[key[len(FEATURE_PREFIX):] if key.startswith(FEATURE_PREFIX) else key] = Camera(
                     np.array(c["K"], float), np.array(pose["R"], float), np.array(pose["t"], float),
                     int(c["width"]), int(c["height"]))
@@ -107,8 +110,8 @@ class SuccessDetector:
         task = SceneTask.parse(task)
         views = {camera_name(n): np.asarray(f) for n, f in frames.items() if camera_name(n) in self.cameras}
         if len(views) < 2:
-            raise EvaluationError(f"success detector: frames of two exterior cameras needed ({', '.join(self.cameras)}),"
-                                  f" got {', '.join(frames) or 'none'}")
+            raise EvaluationError(f"success detector: frames of two exterior cameras needed "
+                                  f"({', '.join(self.cameras)}), got {', '.join(frames) or 'none'}")
         clips = {n: (f[None] if f.ndim == 3 else f) for n, f in views.items()}
         length = min(len(c) for c in clips.values())
         verdicts = [self.judge_frame({n: c[t] for n, c in clips.items()}, task)
@@ -118,7 +121,8 @@ class SuccessDetector:
             return verdicts[-1]
         done = sum(v.success for v in known) * 2 > len(known)
         last = verdicts[-1]
-        reason = last.reason if len(verdicts) == 1 else f"done in {sum(v.success for v in known)} of {len(verdicts)} final frames; {last.reason}"
+        reason = (last.reason if len(verdicts) == 1 else
+                  f"done in {sum(v.success for v in known)} of {len(verdicts)} final frames; {last.reason}")
         return Verdict(done, task, reason, last.positions)
 
     def judge_frame(self, views: Mapping[str, np.ndarray], task: SceneTask) -> Verdict:

@@ -121,8 +121,7 @@ class SceneEnv(_Base):  # type: ignore[misc, valid-type]
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Move the gripper to `action` = [x, y, z, opening], then grasp, carry or release by the rules."""
-        if self.state is None:
-            raise ConfigError("SceneEnv.step before reset: call env.reset(task=..., seed=...) first")
+        self._require("step")
         a = np.asarray(action, np.float64).reshape(-1)
         if a.shape != (4,) or not np.isfinite(a).all():
             raise ConfigError(f"SceneEnv.step: the action must be 4 finite numbers [x, y, z, gripper], got "
@@ -138,6 +137,7 @@ class SceneEnv(_Base):  # type: ignore[misc, valid-type]
     # drawing ------------------------------------------------------------------------------
     def render_views(self, cameras: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
         """The views `cameras` (None: the env's) of the current state, {camera: HxWx3 uint8}."""
+        self._require("render_views")
         st, ep = self.state, self.layout
         moving = [self.task.target] + sorted(st.moved - {self.task.target}, key=BLOCK_NAMES.index)
         still = tuple(n for n in BLOCK_NAMES if n not in moving)
@@ -147,9 +147,14 @@ class SceneEnv(_Base):  # type: ignore[misc, valid-type]
 
     def camera_models(self) -> dict[str, Camera]:
         """The exterior cameras of this layout (the wrist one moves with the gripper), for the success detector."""
+        self._require("camera_models")
         return {n: self.layout.camera_at(n, self.state.gripper) for n in CAMERA_NAMES if n != "wrist_left"}
 
     # internals ----------------------------------------------------------------------------
+    def _require(self, what: str) -> None:
+        if self.state is None:
+            raise ConfigError(f"SceneEnv.{what} before reset: call env.reset(task=..., seed=...) first")
+
     def _observe(self) -> dict[str, np.ndarray]:
         st = self.state
         obs = {"state": np.array([*st.gripper, st.opening], np.float32)}
