@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 
 def scene(sizes: list[tuple[int, int]], frames: tuple[int, ...] = (0, 5)) -> list[dict]:
-    from worldtune.data.synthetic import SyntheticEpisode
     from worldtune.eval.correspondences import SiftMatcher
     from worldtune.eval.epipolar import fundamental_from_cameras, sampson_distance
+    from worldtune.scene.episode import SyntheticEpisode
 
     rows = []
     for style in ("demo", "hard"):

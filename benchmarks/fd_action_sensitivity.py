@@ -120,8 +120,8 @@ def main() -> None:
     ap.add_argument("--lr", default="1e-2")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from worldtune.data.synthetic import write_demo_dataset
     from worldtune.models.load import init_model_dir
+    from worldtune.scene.writer import write_demo_dataset
 
     out = Path(args.out)
     if not (out / "lerobot" / "meta" / "info.json").exists():

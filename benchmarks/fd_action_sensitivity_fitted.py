@@ -144,8 +144,8 @@ def main() -> None:
     p.add_argument("--eval-steps", type=int, default=35, help="denoising steps in the evaluation")
     p.add_argument("--json", default="fd_action_sensitivity_fitted.json")
     args = p.parse_args()
-    from worldtune.data.synthetic import write_demo_dataset
     from worldtune.models.load import init_model_dir
+    from worldtune.scene.writer import write_demo_dataset
 
     out, device = Path(args.out), "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.time()

@@ -34,8 +34,8 @@ from worldtune.config import PrepareConfig
 from worldtune.data import prepare as prep
 from worldtune.data.layout import GridLayout
 from worldtune.data.lerobot import VideoSpan
-from worldtune.data.synthetic import CAMERA_NAMES, SyntheticEpisode
 from worldtune.data.video import REPRODUCIBLE_X264, VideoWriter, read_frames
+from worldtune.scene.episode import CAMERA_NAMES, SyntheticEpisode
 
 ROLES = ("exterior_1", "exterior_2", "wrist")
 F, S, H, W = 93, 4, 432, 768

@@ -1,7 +1,7 @@
 """Sampson error throughput: videos/s for temporal + cross-view on 93-frame 3-camera clips.
 
 Each video is a 2x2 grid (three 180x320 views, DROID's size) of the hard synthetic scene
-(worldtune.data.synthetic, style "hard": plain table, exterior cameras >= 75° apart, a wrist camera
+(worldtune.scene.episode, style "hard": plain table, exterior cameras >= 75° apart, a wrist camera
 that sees the gripper), H.264-encoded, scored the way `worldtune evaluate` scores it: against the
 rig's calibrated F for the fixed pair, with the real clip's camera-fixed masks, KLT + cross-fitted
 F for the wrist over time and guarded cross-fitted F for the wrist pairs. The rig reference is
@@ -40,7 +40,7 @@ def _cpu() -> float:
 
 
 def render_clip(index: int, frames: int) -> tuple[object, dict[str, np.ndarray]]:
-    from worldtune.data.synthetic import SyntheticEpisode
+    from worldtune.scene.episode import SyntheticEpisode
 
     ep = SyntheticEpisode(index, frames, 0, 180, 320, style="hard")
     return ep, {r: np.stack([ep.render_view(n, i) for i in range(frames)]) for r, n in ROLES.items()}
@@ -79,8 +79,8 @@ def encoded(frames: np.ndarray) -> np.ndarray:
 def sensitivity(frames: int = 32) -> dict:
     """Rise of the fixed pair's median over the true frames for a d px shift of one view."""
     from tests.eval.eval_scene import across_epipolar_lines, shifted_view
-    from worldtune.data.synthetic import SyntheticEpisode
     from worldtune.eval.sampson import SampsonError
+    from worldtune.scene.episode import SyntheticEpisode
 
     ep = SyntheticEpisode(0, frames, 0, 180, 320, style="hard")
     real = {r: encoded(np.stack([ep.render_view(n, i) for i in range(frames)])) for r, n in ROLES.items()}

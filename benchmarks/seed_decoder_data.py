@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from worldtune.cli import _stage as stage_fn
-from worldtune.data.synthetic import write_demo_dataset
 from worldtune.demo import demo_data
+from worldtune.scene.writer import write_demo_dataset
 from worldtune.seed import recipe_for, run, seed_config
 
 

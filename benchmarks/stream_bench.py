@@ -91,8 +91,8 @@ def main() -> None:
     from worldtune.config import WorldtuneConfig
     from worldtune.console import quiet_libraries
     from worldtune.data import cache, prepare, stream
-    from worldtune.data.synthetic import write_demo_dataset
     from worldtune.models.load import init_model_dir
+    from worldtune.scene.writer import write_demo_dataset
 
     quiet_libraries()
     import torch

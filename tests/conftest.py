@@ -80,7 +80,7 @@ def fd_trained(tmp_path_factory, tiny_cosmos3_dir) -> dict:
     quality): {"lerobot", "dataset", "adapter", "model"}."""
     from worldtune.data.cache import run as cache_run
     from worldtune.data.prepare import run as prepare_run
-    from worldtune.data.synthetic import write_demo_dataset
+    from worldtune.scene.writer import write_demo_dataset
     from worldtune.train.trainer import Trainer
 
     base = tmp_path_factory.mktemp("fd_eval")

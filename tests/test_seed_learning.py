@@ -28,9 +28,9 @@ LORA_STEPS = 60  # the demo's seed recipe (LoRA rank 16, lr 2e-3, batch 2) for 6
 def write_demo_inputs(out: Path, model: str, episodes: int) -> None:
     """The demo's dataset of the held-out task (fewer episodes) and the seed model folder, as `worldtune demo` writes
     them."""
-    from worldtune.data.synthetic import write_demo_dataset
     from worldtune.demo import demo_data
     from worldtune.models.load import init_model_dir
+    from worldtune.scene.writer import write_demo_dataset
 
     write_demo_dataset(out / "lerobot", **{**demo_data(model), "episodes": episodes, "workers": 1})
     init_model_dir(model, out / "model")

@@ -154,8 +154,8 @@ def run(out: str = "demo_out", steps: int | None = None, compare_views: bool = F
         raise ConfigError(f"the demo runs a tiny model on the CPU; {model} is real-size: use tiny-predict2.5 or "
                           f"tiny-cosmos3")
     from worldtune.cli import _stage as stage_fn
-    from worldtune.data.synthetic import write_demo_dataset
     from worldtune.models.load import init_model_dir
+    from worldtune.scene.writer import write_demo_dataset
 
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)

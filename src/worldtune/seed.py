@@ -100,10 +100,10 @@ def trained_action_domain(name: str) -> ActionDomain | None:
     scene robot's actions in the slot `worldtune prepare` gives that robot, which this resolves the same way; the
     shipped manifest's recipe (what the weights were made with) says whether actions were trained, so a labeller can
     tell a slot the seed learned from one it never saw."""
-    from worldtune.data.synthetic import ACTION_NAMES, ROBOT_TYPE
     from worldtune.models.family import action_dynamics
     from worldtune.models.registry import get_spec
     from worldtune.models.seeds import read_manifest
+    from worldtune.scene.episode import ACTION_NAMES, ROBOT_TYPE
 
     if not read_manifest(name).get("recipe", {}).get("actions"):
         return None
@@ -157,7 +157,7 @@ def _done(run: Path) -> bool:
 
 def write_data(recipe: SeedRecipe, root: Path) -> Path:
     """The pre-training episodes (every task but the held-out ones)."""
-    from worldtune.data.synthetic import write_demo_dataset
+    from worldtune.scene.writer import write_demo_dataset
 
     if (root / "meta" / "info.json").is_file():
         return root
@@ -205,7 +205,7 @@ def _curve(run: Path, key: str) -> list[list[float]]:
 
 def provenance(recipe: SeedRecipe, work: Path, seconds: dict[str, float]) -> dict[str, Any]:
     """What `seed.json` records: the recipe, the scene's version, what each stage reached and how long it took."""
-    from worldtune.data.synthetic import SCENE_VERSION
+    from worldtune.scene.episode import SCENE_VERSION
 
     vae_run, dit_run = work / "runs" / "vae", work / "runs" / "transformer"
     vae = json.loads((vae_run / "run.json").read_text()).get("summary", {})
@@ -226,8 +226,8 @@ def continued_provenance(recipe: SeedRecipe, cfg: WorldtuneConfig, seconds: dict
                          command: str) -> dict[str, Any]:
     """The shipped seed's `seed.json` with this run of its transformer added (`--continue`): what made the weights
     before stays, the new run says where it started, on what data, with which settings, for how long."""
-    from worldtune.data.synthetic import SCENE_VERSION
     from worldtune.models.seeds import read_manifest
+    from worldtune.scene.episode import SCENE_VERSION
 
     before = read_manifest(recipe.spec)
     manifest = {k: v for k, v in before.items() if k != "vae_config"}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worldtune.data.synthetic import write_demo_dataset
+from worldtune.scene.writer import write_demo_dataset
 
 H, W = 48, 80  # small frames keep the data tests fast
 

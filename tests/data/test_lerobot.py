@@ -6,9 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from worldtune.data.lerobot import LeRobotDataset
-from worldtune.data.synthetic import demo_episodes
 from worldtune.data.video import write_video
 from worldtune.errors import DatasetError
+from worldtune.scene.episode import demo_episodes
 
 from .conftest import H, W
 

@@ -11,9 +11,10 @@ from worldtune.config import PrepareConfig
 from worldtune.data import prepare as prep
 from worldtune.data.layout import i420_exact, layout_from_dict
 from worldtune.data.lerobot import LeRobotDataset
-from worldtune.data.synthetic import demo_episodes, write_demo_dataset
 from worldtune.data.video import VideoWriter, probe, read_frames, write_video
 from worldtune.errors import ConfigError, DatasetError, DiskFullError
+from worldtune.scene.episode import demo_episodes
+from worldtune.scene.writer import write_demo_dataset
 
 from .conftest import H, W
 

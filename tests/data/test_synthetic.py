@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import pyarrow.parquet as pq
 
-from worldtune.data.synthetic import SyntheticEpisode, camera_name, demo_episodes
+from worldtune.scene.episode import SyntheticEpisode, camera_name, demo_episodes
 
 
 def _fundamental(c1, c2) -> np.ndarray:

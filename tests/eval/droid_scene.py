@@ -10,7 +10,7 @@ What real robot footage does to a geometry metric, with every camera known exact
 - a plane-dominated variant (`poster_only`): only a poster on the wall has texture, so the matches of
   the two views lie on one plane and do not fix F (a family of F fits them exactly).
 
-Rendered with worldtune.data.synthetic's ray caster (one ray per pixel centre): every pixel is an exact
+Rendered with worldtune.scene.raycast's ray caster (one ray per pixel centre): every pixel is an exact
 pinhole projection, so the true F of any two views is `fundamental_from_cameras` of their cameras.
 """
 
@@ -25,9 +25,9 @@ from fractions import Fraction
 import cv2
 import numpy as np
 
-from worldtune.data.raycast import Box, Camera, Cylinder, Plane, intrinsics, look_at, render
-from worldtune.data.synthetic import _make_textures, _noise
 from worldtune.eval.epipolar import fundamental_from_cameras
+from worldtune.scene.episode import _make_textures, _noise
+from worldtune.scene.raycast import Box, Camera, Cylinder, Plane, intrinsics, look_at, render
 
 H, W = 180, 320
 FIXED = ("ext_a", "ext_b", "ext_c")  # ext_a|ext_b ~30° apart, ext_a|ext_c >= 75° apart

@@ -102,12 +102,12 @@ def sine_warp(img: np.ndarray, amplitude: float, period: float = 37.0, phase: fl
 
 
 def shifted_view(episode, role: str, shifts: np.ndarray) -> np.ndarray:
-    """Frames of `role` of a worldtune.data.synthetic episode, frame i moved by shifts[i] (dx, dy) px.
+    """Frames of `role` of a worldtune.scene.episode episode, frame i moved by shifts[i] (dx, dy) px.
 
     Rendered with the principal point moved, so the shift is exact: no resampling blur that
     would change which features the detector finds.
     """
-    from worldtune.data.raycast import Camera, render as ray_render
+    from worldtune.scene.raycast import Camera, render as ray_render
 
     out = []
     for i, (dx, dy) in enumerate(np.asarray(shifts, np.float64)):

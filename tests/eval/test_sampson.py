@@ -61,8 +61,8 @@ def test_sift_keypoints_land_on_the_feature_not_a_quarter_pixel_off(scale):
 
 
 def test_demo_scene_true_F_and_estimated_metric_small():
-    """On the project's demo scene (worldtune.data.synthetic): true F ~0 px; the estimate < 1 px."""
-    synthetic = pytest.importorskip("worldtune.data.synthetic")
+    """On the project's demo scene (worldtune.scene.episode): true F ~0 px; the estimate < 1 px."""
+    synthetic = pytest.importorskip("worldtune.scene.episode")
     ep = synthetic.SyntheticEpisode(0, 30, 0)
     c0, c1 = ep.camera("exterior_1", 0), ep.camera("wrist", 3)
     F = fundamental_from_cameras(c0.K, c0.R, c0.t, c1.K, c1.R, c1.t)

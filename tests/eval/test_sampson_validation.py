@@ -1,6 +1,6 @@
 """The Sampson metric held to a hard scene with known cameras, as real robot footage would hold it.
 
-Scene (worldtune.data.synthetic, style "hard"): a plain low-texture table, two fixed exterior
+Scene (worldtune.scene.episode, style "hard"): a plain low-texture table, two fixed exterior
 cameras ~80° apart re-placed a few cm every episode, a wrist camera that always sees the gripper;
 frames through a real H.264 encode; cameras known per frame. The F fitted to a video's own
 matches fails here: it absorbs injected shifts, reads a different rig as consistent and lets the
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from tests.eval.eval_scene import across_epipolar_lines, shifted_view
-from worldtune.data.raycast import render
-from worldtune.data.synthetic import SyntheticEpisode
 from worldtune.eval.epipolar import fundamental_from_cameras, sampson_distance
 from worldtune.eval.rig import PairReference, Reference
 from worldtune.eval.sampson import SampsonConfig, SampsonError
 from worldtune.eval.video import encode_video
+from worldtune.scene.episode import SyntheticEpisode
+from worldtune.scene.raycast import render
 
 FRAMES = 32
 SCORED = FRAMES  # cross-view frames scored

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import worldtune
-from worldtune.data.synthetic import write_demo_dataset
 from worldtune.data.video import write_video
+from worldtune.scene.writer import write_demo_dataset
 
 SRC = Path(worldtune.__file__).resolve().parents[1]  # subprocesses run the same code as the tests
 

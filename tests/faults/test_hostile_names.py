@@ -88,7 +88,7 @@ def test_serve_records_hostile_camera_keys_inside_the_record_folder(monkeypatch,
 def small_generations(tmp_path_factory) -> tuple[Path, Path]:
     """(a 1-video generation folder of the demo's three cameras, the demo dataset)."""
     from tests.idm.conftest import make_generations
-    from worldtune.data.synthetic import write_demo_dataset
+    from worldtune.scene.writer import write_demo_dataset
 
     base = tmp_path_factory.mktemp("hostile")
     ds = write_demo_dataset(base / "ds", episodes=2, height=32, width=48, workers=1, length=9)

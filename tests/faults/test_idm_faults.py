@@ -22,7 +22,7 @@ IDM = ("--idm.view_height", "16", "--idm.view_width", "24", "--idm.channels", "4
 
 @pytest.fixture(scope="session")
 def demo3(tmp_path_factory) -> Path:
-    from worldtune.data.synthetic import write_demo_dataset
+    from worldtune.scene.writer import write_demo_dataset
 
     return write_demo_dataset(tmp_path_factory.mktemp("idm3") / "ds", episodes=3, height=32, width=48, workers=1,
                               length=12)

@@ -16,8 +16,8 @@ import pytest
 from worldtune.config import load_config
 from worldtune.data.layout import GridLayout
 from worldtune.data.lerobot import LeRobotDataset
-from worldtune.data.synthetic import write_demo_dataset
 from worldtune.data.video import write_video
+from worldtune.scene.writer import write_demo_dataset
 
 H, W = 48, 80  # source frames; the IDM and the grid cells are 32x56 (the demo's)
 CAMERAS = {"exterior_1": "observation.images.exterior_1_left", "exterior_2": "observation.images.exterior_2_left",

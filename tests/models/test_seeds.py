@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from worldtune.data.synthetic import SCENE_VERSION, SyntheticEpisode
 from worldtune.errors import ModelError
 from worldtune.models.registry import SPECS
 from worldtune.models.seeds import MANIFEST, read_manifest, seed_folder
+from worldtune.scene.episode import SCENE_VERSION, SyntheticEpisode
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = [s.name for s in SPECS.values() if s.weights and (seed_folder(s.weights) / MANIFEST).is_file()]

@@ -26,7 +26,7 @@ def fd_data(tmp_path_factory, tiny_cosmos3_dir) -> Path:
     action cache every action task (forward, inverse dynamics, joint) reads."""
     from worldtune.data.cache import run as cache_run
     from worldtune.data.prepare import run as prepare_run
-    from worldtune.data.synthetic import write_demo_dataset
+    from worldtune.scene.writer import write_demo_dataset
 
     base = tmp_path_factory.mktemp("fd")
     src = write_demo_dataset(base / "lerobot", episodes=4, height=48, width=80, failed=(FAILED_EPISODE,), workers=1)

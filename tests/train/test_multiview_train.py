@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def separate_dataset(tmp_path_factory):
     from worldtune.data.prepare import run as prepare
-    from worldtune.data.synthetic import write_demo_dataset
+    from worldtune.scene.writer import write_demo_dataset
 
     root = tmp_path_factory.mktemp("mv")
     src = write_demo_dataset(root / "lerobot", episodes=6, height=32, width=48, workers=1)

@@ -1,6 +1,6 @@
 """A pinhole ray caster: cameras, textured primitives (planes, boxes, cylinders) and rendering by one ray per pixel.
 
-Why its own module: the synthetic scenes (worldtune.data.synthetic, the evaluation's validation scenes) are
+Why its own module: the synthetic scenes (worldtune.scene.episode, the evaluation's validation scenes) are
 exact pinhole projections, so the true cameras explain every correspondence up to the pixel grid, which the
 geometry metrics are validated against. Cameras use the OpenCV convention: x_cam = R @ x_world + t, +z forward,
 +y down, pixel centres at integer coordinates. Textures are float32 RGB images tiled over world metres.

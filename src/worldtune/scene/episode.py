@@ -1,8 +1,8 @@
-"""The demo dataset: a procedurally rendered tabletop scene written as a LeRobot dataset.
+"""The demo scene's episodes: a procedurally rendered tabletop, written as a LeRobot dataset by worldtune.scene.writer.
 
 Why: the demo and the tests need a multi-camera robot dataset with no download, and the
 evaluation's geometry metrics need ground truth. Every pixel here is an exact pinhole projection
-(worldtune.data.raycast: one ray per pixel centre, intersected with textured planes, boxes and a
+(worldtune.scene.raycast: one ray per pixel centre, intersected with textured planes, boxes and a
 cylinder), so the true cameras' fundamental matrix explains every correspondence up to the pixel grid. Scene: a textured
 table on a textured floor before a textured wall, three blocks and a shallow bowl; a gantry arm
 moves to one block, grasps it, carries it to the bowl (or, where the episode says so, onto another block)
@@ -22,19 +22,13 @@ only the moving primitives (arm, carried block) are ray-cast per frame, inside t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator, Literal
 
 import cv2
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from worldtune.atomic import atomic_write_bytes
-from worldtune.data.raycast import Box, Camera, Cylinder, Plane, intrinsics, look_at, render
-from worldtune.data.video import VideoWriter
+from worldtune.scene.raycast import Box, Camera, Cylinder, Plane, intrinsics, look_at, render
 
 # The scene generator's version: recorded with every model trained on its episodes (the seed models), since a
 # change of rendering, textures or trajectories changes what such a model has learned.
@@ -107,8 +101,11 @@ def _make_textures(seed: int, size: int = 256, style: str = "demo") -> dict[str,
 
 
 # ------------------------------------------------------------------------------------ episodes
-_BLOCKS = {"red": ("cube", 0.025), "blue": ("cube", 0.025), "green": ("block", 0.02)}
+_BLOCKS = {"red": ("cube", 0.025), "blue": ("cube", 0.025), "green": ("block", 0.02)}  # name: (shape, half size m)
 _ARM_TOP = 0.75
+HOME = (0.0, -0.05, 0.35)  # where the scripted path starts
+OPEN, CLOSED = 0.06, 0.032  # the gripper's opening (m): released, and closed on a block
+BOWL_RADIUS, BOWL_HEIGHT = 0.07, 0.03  # the shallow bowl: a block let go over it rests on its floor at this height
 
 
 def _smooth(a: np.ndarray, b: np.ndarray, s: float) -> np.ndarray:
@@ -121,12 +118,17 @@ Keys = list[tuple[float, np.ndarray]]  # (fraction of the episode, gripper posit
 
 
 def _scripted_keys(ep: "SyntheticEpisode") -> tuple[Keys, tuple[float, float]]:
+    return scripted_keys(ep.blocks[ep.target], ep.place)
+
+
+def scripted_keys(block: np.ndarray, place: np.ndarray) -> tuple[Keys, tuple[float, float]]:
     """The one script: home, above the block, down, grasp, up, over where it goes, down, release, up, each at a
-    fixed fraction of the episode. Keys and the (close, release) fractions of the grasp."""
-    blk = ep.blocks[ep.target]
-    home = np.array([0.0, -0.05, 0.35])
+    fixed fraction of the episode. Keys and the (close, release) fractions of the grasp. `block` is the block's
+    centre, `place` where its bottom is let go (the scripted expert of worldtune.scene.policies follows it too)."""
+    blk = block
+    home = np.array(HOME)
     above_b, at_b = np.array([blk[0], blk[1], 0.2]), np.array([blk[0], blk[1], 0.0])
-    above_w, at_w = np.array([ep.place[0], ep.place[1], 0.2]), ep.place.copy()
+    above_w, at_w = np.array([place[0], place[1], 0.2]), np.asarray(place, float).copy()
     return [(0.0, home), (0.3, above_b), (0.42, at_b), (0.5, at_b), (0.6, above_b), (0.8, above_w),
             (0.88, at_w), (0.93, at_w), (1.0, above_w)], (0.46, 0.9)
 
@@ -165,6 +167,32 @@ def _varied_keys(ep: "SyntheticEpisode", rng: np.random.Generator) -> tuple[Keys
             keys.append(pos)
     total = times[-1]
     return [(t / total, p) for t, p in zip(times, keys)], (grasp[0] / total, grasp[1] / total)
+
+
+def path_at(keys: Keys, grasp: tuple[float, float], i: int, length: int) -> tuple[np.ndarray, float, bool]:
+    """Frame i of `length` along a keyframe path: the gripper's position, its opening, and whether it is closed."""
+    s = i / max(1, length - 1)
+    for (s0, p0), (s1, p1) in zip(keys, keys[1:]):
+        if s <= s1:
+            pos = _smooth(p0, p1, (s - s0) / max(1e-9, s1 - s0))
+            break
+    else:
+        pos = keys[-1][1]
+    closed = grasp[0] <= s < grasp[1]
+    return pos, (CLOSED if closed else OPEN), closed
+
+
+def block_size(name: str) -> float:
+    """Half the edge of the block `name` (m)."""
+    return _BLOCKS[name][1]
+
+
+def block_shape(name: str) -> str:
+    """What the task calls the block `name`: "cube" or "block"."""
+    return _BLOCKS[name][0]
+
+
+BLOCK_NAMES: tuple[str, ...] = tuple(_BLOCKS)
 
 
 @dataclass
@@ -233,7 +261,7 @@ class SyntheticEpisode:
     def _place(self) -> np.ndarray:
         """Where the carried block's bottom is let go: on the bowl's floor, or on top of the block `place_on`."""
         if self.place_on == "bowl":
-            return np.array([self.bowl[0], self.bowl[1], 0.03])
+            return np.array([self.bowl[0], self.bowl[1], BOWL_HEIGHT])
         if self.place_on not in _BLOCKS or self.place_on == self.target:
             raise ValueError(f"place_on '{self.place_on}' is not a place for the {self.target} block: 'bowl' or "
                              f"another block ({', '.join(n for n in _BLOCKS if n != self.target)})")
@@ -243,15 +271,7 @@ class SyntheticEpisode:
     # trajectory ---------------------------------------------------------------------------
     def gripper(self, i: int) -> tuple[np.ndarray, float, bool]:
         """Gripper position (bottom of the fingers), opening in metres, and whether it holds the block."""
-        s = i / max(1, self.length - 1)
-        for (s0, p0), (s1, p1) in zip(self.keys, self.keys[1:]):
-            if s <= s1:
-                pos = _smooth(p0, p1, (s - s0) / max(1e-9, s1 - s0))
-                break
-        else:
-            pos = self.keys[-1][1]
-        closed = self.grasp[0] <= s < self.grasp[1]
-        opening = 0.032 if closed else 0.06
+        pos, opening, closed = path_at(self.keys, self.grasp, i, self.length)
         return pos, opening, closed and self.success
 
     def block_position(self, name: str, i: int) -> np.ndarray:
@@ -276,33 +296,43 @@ class SyntheticEpisode:
         return out
 
     def camera(self, role: str, i: int) -> Camera:
+        return self.camera_at(role, self.gripper(i)[0])
+
+    def camera_at(self, role: str, gripper: np.ndarray) -> Camera:
+        """Camera `role` with the gripper at `gripper` (the wrist camera rides on it; the others stand still)."""
         name = camera_name(role)
         if name != "wrist_left":
             R, t = self.ext[name]
             return Camera(self.K_ext, R, t, self.width, self.height)
-        g, _, _ = self.gripper(i)
+        g = gripper
         eye = g + np.array([0.0, -0.1, 0.07])
         R, t = look_at(eye, g + np.array([0.0, 0.12, -0.1]))
         return Camera(self.K_wrist, R, t, self.width, self.height)
 
     # scene --------------------------------------------------------------------------------
-    def _static(self) -> list:
+    def _static(self, still: tuple[str, ...] | None = None) -> list:
+        """What does not move: table, floor, wall, bowl and the blocks `still` (None: all but the target)."""
         table = Plane(2, 0.0, "table", 1.0, ((-0.55, 0.55), (-0.4, 0.45)), 500.0)
         floor = Plane(2, -0.7, "floor", 1.0, None, 250.0)
         # the hard scene's wall stands right behind the table (a lab wall with posters): the one
         # large surface both wide-baseline cameras see
         wall = (Plane(1, 0.62, "mat", -1.0, ((-3.0, 3.0), (-0.7, 3.0)), 300.0) if self.style == "hard"
                 else Plane(1, 1.2, "wall", -1.0, None, 150.0))
-        bowl = Cylinder(self.bowl, 0.07, 0.03, "bowl")
-        still = [Box(self.blocks[n], np.full(3, size), n, self.yaws[n]) for n, (_, size) in _BLOCKS.items()
-                 if n != self.target]  # blocks the arm never touches
-        return [table, floor, wall, bowl, *still]
+        bowl = Cylinder(self.bowl, BOWL_RADIUS, BOWL_HEIGHT, "bowl")
+        if still is None:
+            still = tuple(n for n in _BLOCKS if n != self.target)  # blocks the arm never touches
+        blocks = [Box(self.blocks[n], np.full(3, size), n, self.yaws[n]) for n, (_, size) in _BLOCKS.items()
+                  if n in still]
+        return [table, floor, wall, bowl, *blocks]
 
     def _moving(self, i: int) -> list:
+        """What moves at frame i: the target block, then the arm."""
         g, opening, _ = self.gripper(i)
-        prims: list = []
-        size = _BLOCKS[self.target][1]
-        prims.append(Box(self.block_position(self.target, i), np.full(3, size), self.target, self.yaws[self.target]))
+        return self._moving_at(g, opening, {self.target: self.block_position(self.target, i)})
+
+    def _moving_at(self, g: np.ndarray, opening: float, blocks: dict[str, np.ndarray]) -> list:
+        """The arm with the gripper at `g`, open `opening` m, and the blocks that move at their centres `blocks`."""
+        prims: list = [Box(pos, np.full(3, _BLOCKS[n][1]), n, self.yaws[n]) for n, pos in blocks.items()]
         palm_z = g[2] + 0.05
         prims.append(Box(np.array([g[0], g[1], palm_z + 0.012]), np.array([0.055, 0.025, 0.012]), "arm"))
         for sgn in (-1, 1):
@@ -314,15 +344,25 @@ class SyntheticEpisode:
 
     def render_view(self, role: str, i: int) -> np.ndarray:
         """HxWx3 uint8 RGB image of camera `role` at frame i."""
+        g, opening, _ = self.gripper(i)
+        return self.render_state(role, g, opening, {self.target: self.block_position(self.target, i)})
+
+    def render_state(self, role: str, gripper: np.ndarray, opening: float, moving: dict[str, np.ndarray],
+                     still: tuple[str, ...] | None = None) -> np.ndarray:
+        """HxWx3 uint8 RGB image of camera `role` with the gripper at `gripper`, open `opening` m, the blocks
+        `moving` at the centres given, and the blocks `still` (None: all but the target) where they started.
+        The dataset's frames and the simulator's (worldtune.scene.sim) both come from here, so one state draws
+        one image. The still part of an exterior view is drawn once per set of still blocks."""
         name = camera_name(role)
-        cam = self.camera(name, i)
+        cam = self.camera_at(name, gripper)
         if name == "wrist_left":
-            depth, color = render(cam, self._static(), self.tex)
+            depth, color = render(cam, self._static(still), self.tex)
         else:
-            if name not in self._static_cache:
-                self._static_cache[name] = render(cam, self._static(), self.tex)
-            depth, color = (a.copy() for a in self._static_cache[name])
-        render(cam, self._moving(i), self.tex, depth, color)
+            key = name if still is None else (name, still)
+            if key not in self._static_cache:
+                self._static_cache[key] = render(cam, self._static(still), self.tex)
+            depth, color = (a.copy() for a in self._static_cache[key])
+        render(cam, self._moving_at(gripper, opening, moving), self.tex, depth, color)
         img = (np.clip(color, 0, 1) * 255 + 0.5).astype(np.uint8)
         return img.reshape(cam.height, cam.width, 3)
 
@@ -357,207 +397,6 @@ def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: in
                                     targets=targets, rig_jitter=rig_jitter, texture_seed=texture_seed,
                                     motion=motion, place_on=place_on))
     return out
-
-
-# ------------------------------------------------------------------------------------- writing
-def _features(height: int, width: int, version: str, codec: str) -> dict:
-    vinfo = {"video.height": height, "video.width": width, "video.codec": "h264" if codec == "libx264" else codec,
-             "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": FPS, "video.channels": 3,
-             "has_audio": False}
-    feats: dict = {}
-    for name in CAMERA_NAMES:
-        feats[FEATURE_PREFIX + name] = {"dtype": "video", "shape": [height, width, 3],
-                                        "names": ["height", "width", "channels"], "info": vinfo}
-    feats["observation.state"] = {"dtype": "float32", "shape": [len(ACTION_NAMES)], "names": list(ACTION_NAMES)}
-    feats["action"] = {"dtype": "float32", "shape": [len(ACTION_NAMES)], "names": list(ACTION_NAMES)}
-    feats["is_episode_successful"] = {"dtype": "bool", "shape": [1], "names": None}
-    for k in ("timestamp",):
-        feats[k] = {"dtype": "float32", "shape": [1], "names": None}
-    for k in ("frame_index", "episode_index", "index", "task_index"):
-        feats[k] = {"dtype": "int64", "shape": [1], "names": None}
-    return feats
-
-
-def _episode_table(ep: SyntheticEpisode, task_index: int, first_index: int) -> pa.Table:
-    states = []
-    for i in range(ep.length):
-        g, opening, _ = ep.gripper(i)
-        states.append([g[0], g[1], g[2], opening])
-    st = np.asarray(states, np.float32)
-    act = np.concatenate([st[1:], st[-1:]])
-    n = ep.length
-    return pa.table({
-        "observation.state": pa.array(list(st), pa.list_(pa.float32())),
-        "action": pa.array(list(act), pa.list_(pa.float32())),
-        "is_episode_successful": pa.array([ep.success] * n),
-        "timestamp": pa.array(np.arange(n, dtype=np.float32) / FPS),
-        "frame_index": pa.array(np.arange(n, dtype=np.int64)),
-        "episode_index": pa.array(np.full(n, ep.index, np.int64)),
-        "index": pa.array(np.arange(first_index, first_index + n, dtype=np.int64)),
-        "task_index": pa.array(np.full(n, task_index, np.int64)),
-    })
-
-
-def _write_parquet(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    atomic_write_bytes(path, sink.getvalue().to_pybytes())
-
-
-def _write_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode())
-
-
-def _cameras_json(eps: list[SyntheticEpisode]) -> dict:
-    """Camera ground truth for meta/cameras.json (K, and R, t fixed or per frame per episode)."""
-    e0 = eps[0]
-    cams: dict = {}
-    for name in CAMERA_NAMES:
-        c0 = e0.camera(name, 0)
-        entry = {"role": name, "K": c0.K.tolist(), "width": c0.width, "height": c0.height}
-        if name == "wrist_left":
-            entry["static"] = False
-            entry["episodes"] = {
-                str(e.index): {"R": [e.camera(name, i).R.tolist() for i in range(e.length)],
-                               "t": [e.camera(name, i).t.tolist() for i in range(e.length)]} for e in eps}
-        elif any(e.style == "hard" for e in eps):  # re-placed every episode, fixed within one
-            entry["static"] = True
-            entry["episodes"] = {str(e.index): {"R": e.camera(name, 0).R.tolist(), "t": e.camera(name, 0).t.tolist()}
-                                 for e in eps}
-        else:
-            entry.update(static=True, R=c0.R.tolist(), t=c0.t.tolist())
-        cams[FEATURE_PREFIX + name] = entry
-    return {"format": "worldtune.cameras", "version": 1, "fps": FPS,
-            "convention": "x_cam = R @ x_world + t; [u, v, 1] ~ K @ x_cam; OpenCV axes (x right, y down, "
-                          "z forward); pixel centres at integer coordinates; R, t given once (a rig fixed "
-                          "for the whole dataset), per episode (`episodes`: {index: {R, t}}), or per frame "
-                          "(`episodes`: {index: {R: [...], t: [...]}} indexed by frame within the episode)",
-            "cameras": cams}
-
-
-def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
-                       version: Literal["v3.0", "v2.1"] = "v3.0", height: int = 96, width: int = 160,
-                       episodes_per_file: int | None = None, failed: tuple[int, ...] = (),
-                       codec: str = "libx264", crf: int = 20, preset: str = "veryfast",
-                       workers: int = 2, style: Literal["demo", "hard"] = "demo",
-                       length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
-                       texture_seed: int | None = None, motion: Literal["scripted", "varied"] = "scripted",
-                       place_on: str = "bowl") -> Path:
-    """Render the tabletop demo and write it as a LeRobot v3.0 (default) or v2.1 dataset.
-
-    v3.0: episodes are concatenated, `episodes_per_file` per mp4/parquet file (None = all in one).
-    `failed` episode indices get `is_episode_successful = False` (the arm misses the grasp).
-    `style` "hard" renders the low-texture, wide-baseline scene; `length` fixes every episode's
-    length; `motion` "varied" draws each episode's path; `place_on` is where the block goes (the bowl or
-    another block). Returns the dataset root. Writes
-    `meta/cameras.json` with the true cameras. Episodes are rendered in `workers` processes (the
-    default 14 episodes at 96x160 take a few seconds).
-    """
-    root = Path(root)
-    eps = demo_episodes(episodes, seed, height, width, failed, style, length, targets, rig_jitter, texture_seed,
-                        motion, place_on)
-    tasks: dict[str, int] = {}
-    for e in eps:
-        tasks.setdefault(e.task, len(tasks))
-    per_file = episodes_per_file or max(1, len(eps))
-    info = {
-        "codebase_version": version, "robot_type": ROBOT_TYPE,
-        "total_episodes": len(eps), "total_frames": sum(e.length for e in eps), "total_tasks": len(tasks),
-        "chunks_size": 1000, "fps": FPS, "splits": {"train": f"0:{len(eps)}"},
-        "features": _features(height, width, version, codec),
-    }
-    if version == "v3.0":
-        info.update(data_files_size_in_mb=100, video_files_size_in_mb=500,
-                    data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-                    video_path="videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
-        _write_v3(root, eps, tasks, per_file, codec, crf, preset, workers)
-    elif version == "v2.1":
-        info.update(total_chunks=1, total_videos=len(eps) * len(CAMERA_NAMES),
-                    data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-                    video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4")
-        _write_v21(root, eps, tasks, codec, crf, preset, workers)
-    else:
-        raise ValueError(f"version must be 'v3.0' or 'v2.1', got {version!r}")
-    _write_json(root / "meta" / "cameras.json", _cameras_json(eps))
-    _write_json(root / "meta" / "info.json", info)
-    return root
-
-
-def _render_episode(e: SyntheticEpisode) -> list[dict[str, np.ndarray]]:
-    return [e.render(i) for i in range(e.length)]
-
-
-def _rendered(eps: list[SyntheticEpisode], workers: int) -> Iterator[tuple[SyntheticEpisode, list]]:
-    """(episode, frames) in order, rendered in worker processes when workers > 1."""
-    if workers <= 1 or len(eps) <= 1:
-        for e in eps:
-            yield e, _render_episode(e)
-        return
-    import multiprocessing as mp
-
-    with mp.get_context("spawn").Pool(min(workers, len(eps))) as pool:
-        yield from zip(eps, pool.imap(_render_episode, eps))
-
-
-def _write_v3(root: Path, eps: list[SyntheticEpisode], tasks: dict[str, int], per_file: int,
-              codec: str, crf: int, preset: str, workers: int) -> None:
-    rows: list[dict] = []
-    index = 0
-    frames_of = _rendered(eps, workers)
-    for f, start in enumerate(range(0, len(eps), per_file)):
-        group = eps[start:start + per_file]
-        writers = {n: VideoWriter(root / "videos" / (FEATURE_PREFIX + n) / "chunk-000" / f"file-{f:03d}.mp4",
-                                  FPS, codec=codec, crf=crf, preset=preset, gop=FPS) for n in CAMERA_NAMES}
-        tables = []
-        offset = 0
-        try:
-            for _ in group:
-                e, frames = next(frames_of)
-                for views in frames:
-                    for n, img in views.items():
-                        writers[n].write(img)
-                tables.append(_episode_table(e, tasks[e.task], index))
-                row = {"episode_index": e.index, "tasks": [e.task], "length": e.length,
-                       "dataset_from_index": index, "dataset_to_index": index + e.length,
-                       "data/chunk_index": 0, "data/file_index": f,
-                       "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0}
-                for n in CAMERA_NAMES:
-                    k = f"videos/{FEATURE_PREFIX}{n}/"
-                    row.update({k + "chunk_index": 0, k + "file_index": f,
-                                k + "from_timestamp": offset / FPS, k + "to_timestamp": (offset + e.length) / FPS})
-                rows.append(row)
-                offset += e.length
-                index += e.length
-            for w in writers.values():
-                w.close()
-        except BaseException:
-            for w in writers.values():
-                w.abort()
-            raise
-        _write_parquet(root / "data" / "chunk-000" / f"file-{f:03d}.parquet", pa.concat_tables(tables))
-    _write_parquet(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet", pa.Table.from_pylist(rows))
-    _write_parquet(root / "meta" / "tasks.parquet",
-                   pa.table({"task_index": list(tasks.values()), "task": list(tasks.keys())}))
-
-
-def _write_v21(root: Path, eps: list[SyntheticEpisode], tasks: dict[str, int], codec: str, crf: int,
-               preset: str, workers: int) -> None:
-    index = 0
-    lines = []
-    for e, frames in _rendered(eps, workers):
-        for n in CAMERA_NAMES:
-            with VideoWriter(root / "videos" / "chunk-000" / (FEATURE_PREFIX + n) / f"episode_{e.index:06d}.mp4",
-                             FPS, codec=codec, crf=crf, preset=preset) as w:
-                for fr in frames:
-                    w.write(fr[n])
-        _write_parquet(root / "data" / "chunk-000" / f"episode_{e.index:06d}.parquet",
-                       _episode_table(e, tasks[e.task], index))
-        index += e.length
-        lines.append(json.dumps({"episode_index": e.index, "tasks": [e.task], "length": e.length}))
-    atomic_write_bytes(root / "meta" / "episodes.jsonl", ("\n".join(lines) + "\n").encode())
-    atomic_write_bytes(root / "meta" / "tasks.jsonl", "".join(
-        json.dumps({"task_index": i, "task": t}) + "\n" for t, i in tasks.items()).encode())
 
 
 def iter_demo_frames(episode: SyntheticEpisode) -> Iterator[dict[str, np.ndarray]]:
