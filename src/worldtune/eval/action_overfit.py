@@ -96,7 +96,7 @@ def write_paths(out: Path, model: str, paths: int, seed: int = 0, length: int = 
     (with `fresh_transformer`, a seed's trained VAE under its transformer's random start: whether a model that never
     learned to do without its actions learns to read them; `patch` gives that transformer another latent patch size,
     so that a token covers fewer pixels)."""
-    from worldtune.data.synthetic import write_demo_dataset
+    from worldtune.scene.writer import write_demo_dataset
     from worldtune.demo import demo_data
     from worldtune.models.build import build_transformer
     from worldtune.models.load import init_model_dir

@@ -133,11 +133,13 @@ def scripted_keys(block: np.ndarray, place: np.ndarray) -> tuple[Keys, tuple[flo
             (0.88, at_w), (0.93, at_w), (1.0, above_w)], (0.46, 0.9)
 
 
-def _varied_keys(ep: "SyntheticEpisode", rng: np.random.Generator) -> tuple[Keys, tuple[float, float]]:
+def _varied_keys(ep: "SyntheticEpisode", rng: np.random.Generator,
+                 start: np.ndarray | None = None) -> tuple[Keys, tuple[float, float]]:
     """The same task with a path drawn per episode, as teleoperated demonstrations differ: the start, a detour
     over the table on the way to the block (most episodes) and to the bowl (some), approach and lift heights,
     each move's speed and pauses on the way. Neither the first frame nor the instruction tells which, only the
-    robot's actions do: what a forward-dynamics model must read them for."""
+    robot's actions do: what a forward-dynamics model must read them for. `start` replaces the drawn start (the
+    rest of the path is drawn as before)."""
     blk = ep.blocks[ep.target]
 
     def over_table(lo: float, hi: float) -> np.ndarray:
@@ -146,7 +148,8 @@ def _varied_keys(ep: "SyntheticEpisode", rng: np.random.Generator) -> tuple[Keys
     h_b, h_w = rng.uniform(0.1, 0.26), rng.uniform(0.1, 0.26)
     above_b, at_b = np.array([blk[0], blk[1], h_b]), np.array([blk[0], blk[1], 0.0])
     above_w, at_w = np.array([ep.place[0], ep.place[1], h_w]), ep.place.copy()
-    moves: list[tuple[str, np.ndarray]] = [("start", over_table(0.25, 0.4))]
+    drawn_start = over_table(0.25, 0.4)
+    moves: list[tuple[str, np.ndarray]] = [("start", drawn_start if start is None else start)]
     if rng.random() < 0.8:
         moves.append(("move", over_table(0.12, 0.35)))
     moves += [("move", above_b), ("move", at_b), ("grasp", at_b), ("move", above_b)]
@@ -212,6 +215,7 @@ class SyntheticEpisode:
     texture_seed: int | None = None  # the scene's look (None = seed): sets of other seeds in the same room
     motion: Literal["scripted", "varied"] = "scripted"  # the arm's path: one script, or drawn per episode
     place_on: str = "bowl"  # where the block goes: the bowl, or stacked on the block of this name
+    layout_of: int | None = None  # share this episode index's layout, cameras and start; draw only the path anew
     blocks: dict[str, np.ndarray] = field(default_factory=dict)
     target: str = ""
     bowl: np.ndarray = field(default_factory=lambda: np.zeros(3))
@@ -219,7 +223,8 @@ class SyntheticEpisode:
     _static_cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        rng = np.random.default_rng([self.seed, self.index])
+        layout = self.index if self.layout_of is None else self.layout_of
+        rng = np.random.default_rng([self.seed, layout])
         self.tex = _textures(self.seed if self.texture_seed is None else self.texture_seed, self.style)
         # place blocks and bowl on a jittered grid of slots so they never overlap
         slots = [np.array([x, y]) for x in (-0.3, -0.1, 0.1, 0.3) for y in (-0.12, 0.12)]
@@ -241,22 +246,31 @@ class SyntheticEpisode:
             self.task = (f"picks up the {self.target} {shape} and places it in the bowl." if self.place_on == "bowl" else
                          f"picks up the {self.target} {shape} and stacks it on the {self.place_on} "
                          f"{_BLOCKS[self.place_on][0]}.")
-        self.keys, self.grasp = (_varied_keys(self, np.random.default_rng([self.seed, self.index, 11]))
-                                 if self.motion == "varied" else _scripted_keys(self))
+        self.keys, self.grasp = self._keys(layout)
         self.K_ext = intrinsics(self.width, self.height, 62.0)
         self.K_wrist = intrinsics(self.width, self.height, 90.0)
         if self.style == "hard":  # ~80° apart, re-placed by a few cm and degrees every episode
-            jitter = np.random.default_rng([self.seed, self.index, 7])
+            jitter = np.random.default_rng([self.seed, layout, 7])
             eyes = {"exterior_1_left": [-0.62, -0.45, 0.60], "exterior_2_left": [0.62, -0.45, 0.58]}
             self.ext = {n: look_at(np.array(e) + jitter.uniform(-0.03, 0.03, 3),
                                    np.array([0.0, 0.02, 0.04]) + jitter.uniform(-0.03, 0.03, 3)) for n, e in eyes.items()}
         else:
-            jitter = np.random.default_rng([self.seed, self.index, 7])
+            jitter = np.random.default_rng([self.seed, layout, 7])
             j = self.rig_jitter
             eyes = {"exterior_1_left": ([-0.42, -0.62, 0.42], [0.0, 0.02, 0.04]),
                     "exterior_2_left": ([0.45, -0.58, 0.38], [0.0, 0.04, 0.04])}
             self.ext = {n: look_at(np.array(e) + (jitter.uniform(-j, j, 3) if j else 0.0),
                                    np.array(c) + (jitter.uniform(-j, j, 3) if j else 0.0)) for n, (e, c) in eyes.items()}
+
+    def _keys(self, layout: int) -> tuple[Keys, tuple[float, float]]:
+        """The arm's keyframes and grasp fractions: the script, or a path drawn from the episode's seed (starting
+        where the `layout` episode starts, when this one shares another's layout)."""
+        if self.motion != "varied":
+            return _scripted_keys(self)
+        start = None
+        if layout != self.index:
+            start = _varied_keys(self, np.random.default_rng([self.seed, layout, 11]))[0][0][1]
+        return _varied_keys(self, np.random.default_rng([self.seed, self.index, 11]), start)
 
     def _place(self) -> np.ndarray:
         """Where the carried block's bottom is let go: on the bowl's floor, or on top of the block `place_on`."""
@@ -383,19 +397,21 @@ def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: in
                   failed: tuple[int, ...] = (), style: Literal["demo", "hard"] = "demo",
                   length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
                   texture_seed: int | None = None,
-                  motion: Literal["scripted", "varied"] = "scripted", place_on: str = "bowl") -> list[SyntheticEpisode]:
+                  motion: Literal["scripted", "varied"] = "scripted", place_on: str = "bowl",
+                  layout_of: int | None = None) -> list[SyntheticEpisode]:
     """The demo's episodes: lengths 18-36 frames, every fifth one (index 3, 8, 13...) only 9-15;
     `length` gives every episode that many frames instead. `targets` limits the blocks picked (the tasks),
     `rig_jitter` re-places the exterior cameras per episode, `texture_seed` keeps the room of another
     seed (the same textures, other episodes), `motion` "varied" draws the arm's path per episode, and
-    `place_on` names where the block goes (the bowl, or another block to stack it on)."""
+    `place_on` names where the block goes (the bowl, or another block to stack it on). `layout_of` gives every
+    episode that episode's layout, cameras and start, so that only their paths differ."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(episodes):
         n = int(rng.integers(9, 16)) if i % 5 == 3 else int(rng.integers(18, 37))
         out.append(SyntheticEpisode(i, length or n, seed, height, width, success=i not in failed, style=style,
                                     targets=targets, rig_jitter=rig_jitter, texture_seed=texture_seed,
-                                    motion=motion, place_on=place_on))
+                                    motion=motion, place_on=place_on, layout_of=layout_of))
     return out
 
 
