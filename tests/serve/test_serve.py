@@ -190,13 +190,14 @@ def test_a_bad_policy_label_is_refused_and_the_rollout_goes_on(server, label, wo
 
 
 @pytest.fixture
-def unsized_server(tiny_cosmos3_dir, one_thread):
+def unsized_server(tiny_cosmos3_dir, one_thread, tmp_path):
     """A one-camera server started without a frame size: the first accepted reset fixes it."""
     from worldtune.serve.server import start
 
     cfg = load_config(None, ["--model.path", str(tiny_cosmos3_dir), "--serve.port", "0", "--serve.steps", "2",
                              "--serve.guidance", "1.0", "--serve.tier", "256", "--serve.device", "cpu",
-                             "--serve.fps", "15", "--serve.chunk_size", str(K)])
+                             "--serve.fps", "15", "--serve.chunk_size", str(K),
+                             "--serve.record", str(tmp_path / "episodes")])
     srv = start(cfg)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
