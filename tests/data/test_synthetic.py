@@ -83,6 +83,20 @@ def test_varied_motion_draws_the_path_and_still_does_the_task():
     assert all(np.array_equal(a.gripper(i)[0], b.gripper(i)[0]) for a, b in zip(varied, again) for i in range(30))
 
 
+def test_episodes_of_one_layout_start_alike_and_move_apart():
+    """`layout_of`: every episode takes episode 0's blocks, bowl, cameras and start, so their first frames are the same
+    image, but each draws its own path (the forward-dynamics overfit check's clips); episode 0 is the one it would
+    be alone."""
+    alone = demo_episodes(1, seed=4, length=17, motion="varied")[0]
+    eps = demo_episodes(4, seed=4, length=17, motion="varied", layout_of=0)
+    assert np.array_equal(eps[0].gripper(9)[0], alone.gripper(9)[0])
+    first = [e.render(0) for e in eps]
+    assert all(np.array_equal(f[n], first[0][n]) for f in first for n in f)
+    apart = [max(np.linalg.norm(e.gripper(i)[0] - eps[0].gripper(i)[0]) for i in range(17)) for e in eps[1:]]
+    assert min(apart) > 0.05, apart
+    assert all(e.target == eps[0].target and np.array_equal(e.bowl, eps[0].bowl) for e in eps)
+
+
 def test_a_block_stacked_on_another_ends_on_its_top_and_a_bad_place_is_named():
     """`place_on`: the carried block's bottom ends on the other block's top (not in the bowl), the path goes there,
     the instruction says so; the bowl stays the default, and a place that is the carried block itself is refused."""
