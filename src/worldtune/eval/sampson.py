@@ -153,6 +153,9 @@ class SeriesScore:
             out["dropped"] = dict(self.dropped)
         if self.fallback is not None:
             out["fallback_frames"] = self.fallback
+        groups = two_groups(self.pair_medians)
+        if groups is not None:
+            out["bimodal"] = groups
         return out
 
 
@@ -222,6 +225,31 @@ def band(pixels: float | None) -> str:
     if pixels is None or not math.isfinite(pixels):
         return "n/a"
     return "excellent" if pixels < 1 else "good" if pixels < 3 else "fair" if pixels < 5 else "poor"
+
+
+def two_groups(values: Sequence[float], min_share: float = 0.2, min_gap: float = 0.3) -> dict[str, Any] | None:
+    """The two groups of a bimodal series of per-frame values, or None when it is not bimodal.
+
+    A median over frames that fall into two groups (say 0.3 px and 1 px) jumps from one group to the
+    other when an encode moves a few frames across: its value then says which group is larger, not
+    how good the video is. Split at the largest gap between sorted values that leaves each side at
+    least `min_share` of the frames; bimodal when the upper group's median is at least twice the
+    lower's and `min_gap` px above it, and the gap between the groups is wider than the spread (1.4826
+    x MAD) of either. Reported beside the value; the value itself stays the median.
+    """
+    v = np.sort(np.asarray([x for x in values if x is not None and math.isfinite(x)], np.float64))
+    n = len(v)
+    lo_n = max(2, math.ceil(min_share * n))
+    if n < 2 * lo_n:
+        return None
+    cuts = range(lo_n, n - lo_n + 1)
+    k = max(cuts, key=lambda i: v[i] - v[i - 1])
+    low, high = v[:k], v[k:]
+    ml, mh = float(np.median(low)), float(np.median(high))
+    spread = max(1.4826 * float(np.median(np.abs(low - ml))), 1.4826 * float(np.median(np.abs(high - mh))))
+    if mh >= 2 * ml and mh - ml >= min_gap and v[k] - v[k - 1] > spread:
+        return {"low_px": round(ml, 3), "high_px": round(mh, 3), "frames_low": int(len(low)), "frames_high": int(len(high))}
+    return None
 
 
 def _within(fit: tuple[np.ndarray, np.ndarray] | None, x0: np.ndarray, x1: np.ndarray, px: float) -> int:
@@ -792,6 +820,9 @@ def summarize(scores: Sequence[VideoScore]) -> dict[str, Any]:
         out[kind] = {**across_videos([m.median for m in merged]),
                      "pairs": sum(m.evaluated for m in merged), "pairs_skipped": sum(reasons.values()),
                      "skip_reasons": dict(reasons)}
+        bimodal = sum(two_groups(m.pair_medians) is not None for m in merged)
+        if bimodal:  # per-frame values in two groups: the median says which is larger, not stable under re-encoding
+            out[kind]["bimodal_videos"] = bimodal
         if any(m.fallback is not None for m in merged):  # reference scoring: pairs scored on the second detection
             out[kind]["fallback_frames"] = sum(m.fallback or 0 for m in merged)
     return out
