@@ -95,7 +95,8 @@ def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
 
 def wrist_masks(frames: int = 48) -> dict:
     from tests.eval.droid_scene import DroidEpisode, encode
-    from worldtune.eval.rig import camera_fixed_mask
+    from worldtune.eval.rig import Reference, camera_fixed_mask
+    from worldtune.eval.sampson import SampsonError
 
     out = {}
     for name, speed in (("slow", 0.003), ("fast", 0.012)):
@@ -103,7 +104,12 @@ def wrist_masks(frames: int = 48) -> dict:
         clip = encode(np.stack([ep.render_view("wrist", i) for i in range(frames)]))  # AV1 as LeRobot writes it
         fingers = np.mean([ep.gripper_mask(i) for i in range(0, frames, 8)], axis=0) > 0.5
         usable = camera_fixed_mask(clip)
-        out[name] = {"fingers_share": _round(fingers.mean()),
+        metric = SampsonError()
+        ref = metric.reference({"wrist": clip}, "w", base=Reference("w", {"wrist": clip.shape[1:3]}, {"wrist"},
+                                                                    K={"wrist": ep.camera("wrist").K}))
+        temporal = metric.score_views({"wrist": clip}, reference=ref).temporal["wrist"]
+        out[name] = {"temporal_pairs_scored": temporal.evaluated, "temporal_pairs": temporal.evaluated + temporal.n_skipped,
+                     "temporal_skips": temporal.skipped, "fingers_share": _round(fingers.mean()),
                      "masked_share": None if usable is None else _round(1 - usable.mean()),
                      "fingers_masked": None if usable is None else _round((~usable)[fingers].mean())}
     return out
