@@ -6,7 +6,9 @@ What real robot footage does to a geometry metric, with every camera known exact
   another episode's view is the right camera with things in the wrong place;
 - three fixed cameras: a pair ~30° apart and a wide pair >= 75° apart over a plain, low-texture table
   before a wall of fine wallpaper (small dots that half-size detection blurs into look-alikes);
-- a wrist camera on the gripper (palm and fingers always in view) that moves slowly or fast;
+- a wrist camera on the gripper (palm and fingers always in view) that moves slowly or fast; or
+  (`wrist_down`) one looking down at the plain table from above the fingers, only the two fingertips
+  in view and nothing carried, as on a pick-up task seen from the hand;
 - a plane-dominated variant (`poster_only`): only a poster on the wall has texture, so the matches of
   the two views lie on one plane and do not fix F (a family of F fits them exactly).
 
@@ -70,6 +72,7 @@ class DroidEpisode:
     length: int = 32
     speed: float = 0.012  # gripper path speed, metres per frame (fast; 0.0012 is slow)
     poster_only: bool = False
+    wrist_down: bool = False  # the wrist looks down at the plain table; only the fingers ride in view
     width: int = W
     height: int = H
     objects: dict[str, np.ndarray] = field(default_factory=dict)
@@ -107,7 +110,9 @@ class DroidEpisode:
         g, yaw = self.gripper(i)
         c, s = math.cos(yaw), math.sin(yaw)
         rot = np.array([[c, -s, 0], [s, c, 0], [0, 0, 1.0]])
-        R, t = look_at(g + rot @ np.array([0.0, -0.1, 0.08]), g + rot @ np.array([0.0, 0.14, -0.15]))
+        eye, target = (((0.0, -0.05, 0.12), (0.0, 0.1, -0.3)) if self.wrist_down else
+                       ((0.0, -0.1, 0.08), (0.0, 0.14, -0.15)))
+        R, t = look_at(g + rot @ np.array(eye), g + rot @ np.array(target))
         return Camera(self.K_wrist, R, t, self.width, self.height)
 
     def F(self, a: str, b: str, i: int = 0, j: int | None = None) -> np.ndarray:
@@ -128,10 +133,12 @@ class DroidEpisode:
 
     def _moving(self, i: int) -> list:
         g, yaw = self.gripper(i)
-        prims = [Box(g + np.array([0, 0, 0.062]), np.array([0.055, 0.025, 0.012]), "arm", yaw)]
         c, s = math.cos(yaw), math.sin(yaw)
-        for sgn in (-1, 1):
-            prims.append(Box(g + np.array([sgn * 0.036 * c, sgn * 0.036 * s, 0.025]), np.array([0.006, 0.018, 0.025]), "arm", yaw))
+        fingers = [Box(g + np.array([sgn * 0.036 * c, sgn * 0.036 * s, 0.025]), np.array([0.006, 0.018, 0.025]), "arm", yaw)
+                   for sgn in (-1, 1)]
+        if self.wrist_down:  # the hand seen from its own camera: the fingers, nothing else
+            return fingers
+        prims = [Box(g + np.array([0, 0, 0.062]), np.array([0.055, 0.025, 0.012]), "arm", yaw), *fingers]
         prims.append(Box(g + np.array([0, 0, 0.42]), np.array([0.022, 0.022, 0.346]), "arm", yaw))  # the column
         if not self.poster_only:  # the block it carries
             prims.append(Box(g + np.array([0, 0, 0.02]), np.full(3, 0.02), "green", yaw))

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from worldtune.config import ReportConfig
@@ -154,3 +155,38 @@ def test_a_sampson_column_empty_for_the_real_clips_too_says_why():
     assert len(notes) == 1 and "the values of base rest on the few videos" in notes[0], notes
     results["models"]["real"]["sampson_crossview"] = {"n": 2, "mean": 1.2}  # the real clips scored: no note
     assert unmeasured_notes(results) == []
+
+
+def test_the_dynamic_figure_carries_its_floor_and_scope_beside_every_value(tmp_path):
+    """Every model's value of sampson_crossview_dynamic is shown with the real clips' own value (its floor on
+    this footage), in the HTML table and the Markdown summary, with a note on what it can and cannot resolve;
+    bimodal videos are flagged."""
+    from worldtune.eval.report import DYNAMIC_NOTE, _metrics_table_html, _skips_html, markdown_summary
+
+    stat = lambda m: {"n": 4, "mean": m, "std": 0.1, "median": m, "missing": 0}  # noqa: E731
+    results = {"metrics": ["sampson_crossview_dynamic", "psnr"], "lower_is_better": ["sampson_crossview_dynamic"],
+               "models": {"base": {"videos": 4, "sampson_crossview_dynamic": stat(2.68), "psnr": stat(20.0)},
+                          "lora": {"videos": 4, "sampson_crossview_dynamic": stat(3.1), "psnr": stat(21.0)},
+                          "real": {"reference": True, "videos": 4, "sampson_crossview_dynamic": stat(2.62), "psnr": stat(99.0)}},
+               "sampson": {"base": {"crossview_dynamic": {"n": 4, "n_nan": 0, "pairs": 100, "pairs_skipped": 0,
+                                                          "bimodal_videos": 2}}}}
+    md = markdown_summary(results, [], {}, None, "t")
+    page = _metrics_table_html(results) + _skips_html(results)
+    for text in (md, page):
+        assert "2.68 ± 0.10 (n=4) (floor 2.62 px)" in text and "3.10 ± 0.10 (n=4) (floor 2.62 px)" in text
+        assert "99.00 ± 0.10 (n=4) (floor" not in text and "2.62 ± 0.10 (n=4) (floor" not in text  # not on psnr, not on real
+        assert "2 of 4 videos have per-frame values in two groups" in text
+    assert DYNAMIC_NOTE in md and "not resolved" in DYNAMIC_NOTE
+
+
+def test_two_groups_of_per_frame_values_are_flagged():
+    from worldtune.eval.sampson import SeriesScore, two_groups
+
+    rng = np.random.default_rng(0)
+    two = list(rng.normal(0.3, 0.03, 20)) + list(rng.normal(1.0, 0.1, 14))
+    g = two_groups(two)
+    assert g is not None and abs(g["low_px"] - 0.3) < 0.05 and abs(g["high_px"] - 1.0) < 0.1 and g["frames_high"] == 14
+    assert two_groups(list(rng.normal(0.3, 0.05, 32))) is None
+    assert two_groups([0.3] * 30 + [1.0] * 2) is None  # two odd frames are not a group
+    s = SeriesScore("a|b", pair_means=two, pair_medians=two)
+    assert s.summary()["bimodal"] == g

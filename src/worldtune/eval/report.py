@@ -332,6 +332,37 @@ tr.baseline td{color:#555;background:#f6f6f6}
 """
 
 
+DYNAMIC = "sampson_crossview_dynamic"
+DYNAMIC_NOTE = ("sampson_crossview_dynamic reads where the moving silhouettes sit against the rig's epipolar "
+                "geometry, per fixed pair. Its floor on this footage is the real clips' own value, shown beside every "
+                "value: a value near the floor says nothing about the model, only a rise above it reads a misplaced arm. "
+                "On rendered footage the floor was 0.4-0.6 px and another episode's view of the same camera read 6-15 px; "
+                "where the real clips themselves read several pixels, a misplacement of a few pixels is not resolved "
+                "and the same camera in another episode of the same task may read the same")
+
+
+def floor_text(results: dict[str, Any], metric: str, label: str) -> str:
+    """' (floor 2.61 px)' beside a model's value of the dynamic figure: the real clips' mean (empty elsewhere)."""
+    if metric != DYNAMIC or is_reference(label):
+        return ""
+    real = [s.get(metric) or {} for lab, s in results.get("models", {}).items() if is_reference(lab)]
+    means = [r["mean"] for r in real if r.get("mean") is not None]
+    return f" (floor {means[0]:.2f} px)" if means else " (floor unknown: no real clip value)"
+
+
+def bimodal_notes(results: dict[str, Any]) -> list[str]:
+    """Models whose videos' per-frame Sampson values fall in two groups: their medians jump between encodes."""
+    notes = []
+    for label, s in results.get("sampson", {}).items():
+        for kind in KINDS:
+            k = s.get(kind) or {}
+            if k.get("bimodal_videos"):
+                notes.append(f"sampson_{kind}, {label}: {k['bimodal_videos']} of {k.get('n', 0) + k.get('n_nan', 0)} "
+                             "videos have per-frame values in two groups; their median says which group is larger and "
+                             "can jump between encodes of the same video (sampson_detail in videos.jsonl has both groups)")
+    return notes
+
+
 def _metrics_table_html(results: dict[str, Any]) -> str:
     metrics = results["metrics"]
     lower = set(results.get("lower_is_better", []))
@@ -339,7 +370,8 @@ def _metrics_table_html(results: dict[str, Any]) -> str:
     body = []
     for label, s in results["models"].items():
         best = set(s.get("best", []))
-        cells = "".join(f"<td{' class=best' if m in best else ''}>{_fmt(s.get(m))}</td>" for m in metrics)
+        cells = "".join(f"<td{' class=best' if m in best else ''}>{_fmt(s.get(m))}{html.escape(floor_text(results, m, label))}</td>"
+                        for m in metrics)
         kind = "ref" if s.get("reference") else "baseline" if s.get("baseline") else ""
         body.append(f"<tr class='{kind}'><td>{html.escape(display_name(label, s))}</td><td>{s['videos']}</td>{cells}</tr>")
     table = f"<table><tr><th>model</th><th>videos</th>{head}</tr>{''.join(body)}</table>"
@@ -350,6 +382,8 @@ def _metrics_table_html(results: dict[str, Any]) -> str:
                             for m in metrics)
             deltas.append(f"<tr class='{'baseline' if s.get('baseline') else ''}'>"
                           f"<td>{html.escape(display_name(label, s))} − base</td>{cells}</tr>")
+    if DYNAMIC in metrics:
+        table += f"<p>{html.escape(DYNAMIC_NOTE)}.</p>"
     if any(s.get("baseline") for s in results["models"].values()):
         table += f"<p>{html.escape(BASELINE_NOTE)}.</p>"
     if deltas:
@@ -489,7 +523,7 @@ def _skips_html(results: dict[str, Any]) -> str:
                              f"frame pairs skipped {html.escape(json.dumps(k['skip_reasons']))}</li>")
         if s.get("videos_skipped"):
             items.append(f"<li>{html.escape(label)}: {s['videos_skipped']} video(s) could not be scored</li>")
-    notes = "".join(f"<div class='note'>{html.escape(n)}</div>" for n in unmeasured_notes(results))
+    notes = "".join(f"<div class='note'>{html.escape(n)}</div>" for n in unmeasured_notes(results) + bimodal_notes(results))
     return notes + (f"<h3>Skipped</h3><ul>{''.join(items)}</ul>" if items else "")
 
 
@@ -598,9 +632,12 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
     lines += ["| model | videos | " + " | ".join(f"{m} {'↓' if m in lower else '↑'}" for m in metrics) + " |",
               "|---|---:|" + "---:|" * len(metrics)]
     for label, s in results["models"].items():
-        lines.append(f"| {display_name(label, s)} | {s['videos']} | " + " | ".join(_fmt(s.get(m)) for m in metrics) + " |")
+        lines.append(f"| {display_name(label, s)} | {s['videos']} | "
+                     + " | ".join(_fmt(s.get(m)) + floor_text(results, m, label) for m in metrics) + " |")
     lines += ["", "mean ± std over videos; Sampson error in pixels (a video's value is its median over frame pairs).", ""]
-    lines += [line for n in unmeasured_notes(results) for line in (f"> {n}.", "")]
+    if DYNAMIC in metrics:
+        lines += [DYNAMIC_NOTE + ".", ""]
+    lines += [line for n in unmeasured_notes(results) + bimodal_notes(results) for line in (f"> {n}.", "")]
     if any(s.get("baseline") for s in results["models"].values()):
         lines += [BASELINE_NOTE + ".", ""]
     deltas = [(display_name(label, s), s["vs_base"]) for label, s in results["models"].items() if "vs_base" in s]

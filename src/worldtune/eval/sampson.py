@@ -61,6 +61,13 @@ KINDS = ("temporal", "crossview", "crossview_dynamic")
 SCALES = (0.5, 1.0)  # SIFT detection scales measure_scale chooses from
 CONTRAST = 0.04  # SIFT's default contrast threshold: what scoring detects at
 REFERENCE_CONTRAST = 0.02  # what the reference, built once per input, detects at
+TIGHT = 0.5  # calibration check: a correct match lies this close (px) to a right calibration's lines
+CHANCE_DRAWS = 20  # calibration check: random re-pairings the chance level is averaged over
+# calibration check: matches on its lines this unlikely by chance are evidence for it (at 0.01, a camera turned 8°
+# passed with 4 matches where chance gives 0.6, on the 78° pair through AV1 CRF 35)
+CHANCE_P = 0.001
+FIT_CHANCE_DRAWS = 3  # calibration check: robust fits to random re-pairings (the most inliers they reach is chance)
+SILHOUETTE_AGAINST = 2.0  # calibration check, no matches to judge: silhouettes this far off (px) contradict it
 
 
 # ------------------------------------------------------------------------------------- settings
@@ -149,6 +156,9 @@ class SeriesScore:
             out["dropped"] = dict(self.dropped)
         if self.fallback is not None:
             out["fallback_frames"] = self.fallback
+        groups = two_groups(self.pair_medians)
+        if groups is not None:
+            out["bimodal"] = groups
         return out
 
 
@@ -218,6 +228,49 @@ def band(pixels: float | None) -> str:
     if pixels is None or not math.isfinite(pixels):
         return "n/a"
     return "excellent" if pixels < 1 else "good" if pixels < 3 else "fair" if pixels < 5 else "poor"
+
+
+def two_groups(values: Sequence[float], min_share: float = 0.2, min_gap: float = 0.3) -> dict[str, Any] | None:
+    """The two groups of a bimodal series of per-frame values, or None when it is not bimodal.
+
+    A median over frames that fall into two groups (say 0.3 px and 1 px) jumps from one group to the
+    other when an encode moves a few frames across: its value then says which group is larger, not
+    how good the video is. Split at the largest gap between sorted values that leaves each side at
+    least `min_share` of the frames; bimodal when the upper group's median is at least twice the
+    lower's and `min_gap` px above it, and the gap between the groups is wider than the spread (1.4826
+    x MAD) of either. Reported beside the value; the value itself stays the median.
+    """
+    v = np.sort(np.asarray([x for x in values if x is not None and math.isfinite(x)], np.float64))
+    n = len(v)
+    lo_n = max(2, math.ceil(min_share * n))
+    if n < 2 * lo_n:
+        return None
+    cuts = range(lo_n, n - lo_n + 1)
+    k = max(cuts, key=lambda i: v[i] - v[i - 1])
+    low, high = v[:k], v[k:]
+    ml, mh = float(np.median(low)), float(np.median(high))
+    spread = max(1.4826 * float(np.median(np.abs(low - ml))), 1.4826 * float(np.median(np.abs(high - mh))))
+    if mh >= 2 * ml and mh - ml >= min_gap and v[k] - v[k - 1] > spread:
+        return {"low_px": round(ml, 3), "high_px": round(mh, 3), "frames_low": int(len(low)), "frames_high": int(len(high))}
+    return None
+
+
+def _within(fit: tuple[np.ndarray, np.ndarray] | None, x0: np.ndarray, x1: np.ndarray, px: float) -> int:
+    """How many matches lie within `px` of a fitted F's epipolar lines (0 without a fit)."""
+    return int((sampson_distance(fit[0], x0, x1) <= px).sum()) if fit is not None else 0
+
+
+def poisson_tail(k: int, lam: float) -> float:
+    """P(X >= k) for X ~ Poisson(lam): how likely chance alone puts k matches or more on a calibration's lines."""
+    if k <= 0:
+        return 1.0
+    if lam <= 0:
+        return 0.0
+    term, below = math.exp(-lam), 0.0
+    for i in range(k):
+        below += term
+        term *= lam / (i + 1)
+    return max(0.0, 1.0 - below)
 
 
 def _nanmean(values: Sequence[float]) -> float:
@@ -330,31 +383,85 @@ class SampsonError:
                 pair = estimate_pair_reference(feats[a], feats[b], matcher, sizes[a], sizes[b], self.cfg.fit,
                                                self.cfg.max_fit_error, self.cfg.max_disagreement)
             if pair.F is not None:
-                pair = self.prove(pair, feats[a], feats[b], matcher)
+                pair = self.prove(pair, feats[a], feats[b], matcher, (views[a], views[b]))
             ref.pairs[key] = pair
         return ref
 
     def prove(self, pair: PairReference, fa: Sequence[Features], fb: Sequence[Features],
-              matcher: SiftMatcher) -> PairReference:
-        """The pair's F, kept only when the real clip scores under it on most frames (see reference)."""
+              matcher: SiftMatcher, frames: tuple[np.ndarray, np.ndarray] | None = None) -> PairReference:
+        """The pair's F, kept only when the real clip does not contradict it (see reference).
+
+        An estimate must be supported: the real clip scores under it on `min_agreement` of its frames.
+        A calibration is outside evidence and is dropped only on evidence *against* it
+        (`calibration_evidence`): across a wide baseline over a plain table SIFT may find no correct
+        match at all, and a right calibration must not be dropped for that.
+        """
         s = self.crossview_reference(fa, fb, pair.F, matcher, pair.mode)  # type: ignore[arg-type]
-        off = s.skipped.get("matches_off_reference", 0)
-        seen = s.evaluated + off  # frames with enough matches to say anything
-        # calibrated: outside evidence, dropped when the clip contradicts it (a quarter of the frames with
-        # matches agree at most); an estimate must be supported on `min_agreement` of all frames
-        need, frames = ((self.cfg.min_agreement / 2, seen) if pair.mode == "calibrated" else
-                        (self.cfg.min_agreement, s.evaluated + s.n_skipped))
         checks = {**pair.checks, "real_clip_frames_scored": s.evaluated, "real_clip_frames": s.evaluated + s.n_skipped,
                   "real_clip_median_px": _json_float(s.median)}
-        if pair.mode == "calibrated" and seen < self.cfg.min_support:
-            checks["unverified"] = "the real clip has too few matches to check the calibration"
+        if pair.mode == "calibrated":
+            verdict, why, evidence = self.calibration_evidence(pair.F, fa, fb, matcher, frames)  # type: ignore[arg-type]
+            checks.update(evidence)
+            if verdict == "disagrees":
+                return replace(pair, F=None, checks=checks, reason=f"calibration disagrees with the real clip: {why}")
+            if verdict == "unverified":
+                checks["unverified"] = why
             return replace(pair, checks=checks)
-        if s.evaluated < need * max(frames, 1):
-            what = ("calibration disagrees with the real clip (a wrong calibration, or a pair without correct "
-                    "matches)" if pair.mode == "calibrated" else "estimate is not supported by the real clip")
-            return replace(pair, F=None, checks=checks,
-                           reason=f"{what}: the clip scores under it on {s.evaluated} of {frames} frames (< {need:.0%})")
+        need, frames_n = self.cfg.min_agreement, s.evaluated + s.n_skipped
+        if s.evaluated < need * max(frames_n, 1):
+            return replace(pair, F=None, checks=checks, reason=f"estimate is not supported by the real clip: the clip "
+                           f"scores under it on {s.evaluated} of {frames_n} frames (< {need:.0%})")
         return replace(pair, checks=checks)
+
+    def calibration_evidence(self, F: np.ndarray, fa: Sequence[Features], fb: Sequence[Features], matcher: SiftMatcher,
+                             frames: tuple[np.ndarray, np.ndarray] | None) -> tuple[str, str, dict[str, Any]]:
+        """("agrees" | "disagrees" | "unverified", why, figures) for a calibrated F against the real clip.
+
+        On the clip's distinct matches, pooled over all frames:
+        - *for*: more of them lie within `TIGHT` px of the calibration's epipolar lines than chance puts
+          there (the same matches re-paired at random, measured under the same F): Poisson tail < `CHANCE_P`;
+        - *against*: a robust fit to the matches puts at least `min_inliers` more of them within `TIGHT`
+          px than a fit to the matches re-paired at random does, and the calibration fewer than half as
+          many: the clip's correct matches fix a geometry that is not the calibration's;
+        - neither (too few correct matches to judge): the moving silhouettes of the real clip
+          (worldtune.eval.silhouettes) under F; their median beyond `SILHOUETTE_AGAINST` px on most
+          frames is evidence against, else the calibration is kept, marked unverified, with the reason.
+        """
+        m = [matcher.match(a, b) for a, b in zip(fa, fb)]
+        x0 = np.concatenate([p[0] for p in m]) if m else np.empty((0, 2))
+        x1 = np.concatenate([p[1] for p in m]) if m else np.empty((0, 2))
+        keep = distinct(x0, x1)
+        x0, x1 = x0[keep], x1[keep]
+        d = sampson_distance(F, x0, x1)
+        k_tight = int((d <= TIGHT).sum())
+        rng = np.random.default_rng(0)
+        chance = float(np.mean([(sampson_distance(F, x0, x1[rng.permutation(len(x1))]) <= TIGHT).sum()
+                                for _ in range(CHANCE_DRAWS)])) if len(x0) else 0.0
+        p_for = poisson_tail(k_tight, chance)
+        fitted = _within(robust_fundamental(x0, x1, self.cfg.fit), x0, x1, TIGHT)
+        # what a robust fit finds in matches without any geometry: the same points re-paired at random
+        shuffled = [x1[rng.permutation(len(x1))] for _ in range(FIT_CHANCE_DRAWS)]
+        fitted_chance = max((_within(robust_fundamental(x0, y, self.cfg.fit), x0, y, TIGHT) for y in shuffled), default=0)
+        figures: dict[str, Any] = {"clip_matches": int(len(x0)), "matches_within_0.5px": k_tight,
+                                   "by_chance_within_0.5px": round(chance, 2), "matches_fitting_the_clip": fitted,
+                                   "fitting_by_chance": fitted_chance}
+        if k_tight >= 3 and p_for < CHANCE_P:
+            return "agrees", "", figures
+        if fitted >= self.cfg.min_inliers + fitted_chance and k_tight < 0.5 * fitted:
+            return "disagrees", (f"{fitted} of its {len(x0)} distinct matches fit one geometry ({fitted_chance} when "
+                                 f"re-paired at random), {k_tight} the calibration (within {TIGHT} px)"), figures
+        why = (f"too few correct matches to check it: {k_tight} of {len(x0)} distinct matches lie within {TIGHT} px of its "
+               f"epipolar lines, {chance:.1f} by chance")
+        if frames is not None:
+            steps = list(self._frames(min(len(frames[0]), len(frames[1]))))
+            sil = silhouette_tangency(frames[0], frames[1], F, steps)
+            vals = [float(np.median(f.distances)) for f in sil if f.reason is None]
+            figures["silhouette_frames"], figures["silhouette_median_px"] = len(vals), _json_float(_nanmedian(vals))
+            if len(vals) >= 0.5 * len(steps) and _nanmedian(vals) > SILHOUETTE_AGAINST:
+                return "disagrees", (f"{why}; the moving silhouettes of the real clip lie {_nanmedian(vals):.1f} px "
+                                     f"from its epipolar tangents (> {SILHOUETTE_AGAINST} px)"), figures
+        return "unverified", why + ("; frames without matches that agree with it are skipped "
+                                    "(`matches_off_reference`)"), figures
 
     def measure_scale(self, views: Mapping[str, np.ndarray], ref: Reference | None,
                       masks: Mapping[str, np.ndarray], samples: int = 6) -> float:
@@ -546,6 +653,8 @@ class SampsonError:
             fixed = a not in moving and b not in moving
             pair = ref.pairs.get(pair_key(a, b)) if ref is not None else None
             has_F = fixed and self.cfg.geometry != "selffit" and pair is not None and pair.F is not None
+            if has_F and pair.checks.get("unverified"):  # kept for lack of evidence against: say why frames are skipped
+                score.notes[f"crossview:{name}"] = f"calibration kept, unverified: {pair.checks['unverified']}"
             if self.cfg.crossview:
                 if has_F:
                     score.crossview[name] = self.crossview_reference(feats[a], feats[b], pair.F, matcher, pair.mode, name,
@@ -714,6 +823,9 @@ def summarize(scores: Sequence[VideoScore]) -> dict[str, Any]:
         out[kind] = {**across_videos([m.median for m in merged]),
                      "pairs": sum(m.evaluated for m in merged), "pairs_skipped": sum(reasons.values()),
                      "skip_reasons": dict(reasons)}
+        bimodal = sum(two_groups(m.pair_medians) is not None for m in merged)
+        if bimodal:  # per-frame values in two groups: the median says which is larger, not stable under re-encoding
+            out[kind]["bimodal_videos"] = bimodal
         if any(m.fallback is not None for m in merged):  # reference scoring: pairs scored on the second detection
             out[kind]["fallback_frames"] = sum(m.fallback or 0 for m in merged)
     return out

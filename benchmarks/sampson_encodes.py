@@ -1,0 +1,150 @@
+"""The Sampson figures of one clip through several encodes, on the DROID-size scene (tests/eval/droid_scene.py).
+
+For each x264 CRF (worldtune's own video writer): the whole-frame cross-view figure per fixed pair and for the
+clip (the median over all its scored frames), whether its per-frame values fall in two groups, the dynamic figure
+on the true frames and on another episode's view of the same cameras, and what the calibration check says about
+a right calibration and two wrong ones (another pair's F; the rig with one camera turned 8° about the table).
+Also the camera-fixed mask of a wrist looking down at the plain table (`wrist_down`), slow and fast.
+
+    PYTHONPATH=src:. .venv/bin/python benchmarks/sampson_encodes.py --json benchmarks/results/sampson_encodes.json
+    PYTHONPATH=src:. .venv/bin/python benchmarks/sampson_encodes.py --codec av1 --json benchmarks/results/sampson_encodes_av1.json
+
+Reference mode (F estimated from the real clip, no calibration) is measured on the same encodes: per pair,
+accepted or declined, the accepted estimate's distance from the true F, and that of a plain robust fit to the
+clip's pooled matches before any guard (is there a right estimate to accept at all?).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _round(x: float) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), 3)
+
+
+def reference_mode(views: dict, ep) -> dict:
+    """Reference mode (F estimated from the real clip): per fixed pair, accepted or declined, and how far
+    the estimate lies from the true F over the images (accepted or not, when a fit exists)."""
+    from tests.eval.droid_scene import distance_to_truth
+    from worldtune.eval.sampson import SampsonConfig, SampsonError
+
+    from worldtune.eval.epipolar import distinct, robust_fundamental
+
+    metric = SampsonError(SampsonConfig(geometry="reference"))
+    ref = metric.reference(views, "ep0")
+    matcher = metric.matcher(reference=True)
+    feats = {r: metric.features(v, None, reference=True) for r, v in views.items()}
+    out = {}
+    for key, p in ref.pairs.items():
+        a, b = key.split("|")
+        m = [matcher.match(x, y) for x, y in zip(feats[a], feats[b])]
+        x0, x1 = np.concatenate([q[0] for q in m]), np.concatenate([q[1] for q in m])
+        keep = distinct(x0, x1)
+        plain = robust_fundamental(x0[keep], x1[keep], metric.cfg.fit)  # the estimate before any guard
+        truth = ep.F(a, b)
+        out[key] = {"accepted": p.F is not None, "reason": p.reason, "inliers": p.inliers,
+                    "from_truth_px": _round(distance_to_truth(p.F, truth)) if p.F is not None else None,
+                    "unguarded_fit_from_truth_px": _round(distance_to_truth(plain[0], truth)) if plain else None}
+    return out
+
+
+def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
+    from tests.eval.droid_scene import FIXED, H, W, DroidEpisode, encode
+    from tests.eval.test_calibration_check import calibrations
+    from worldtune.data.video import write_video
+    from worldtune.eval.rig import PairReference, Reference
+    from worldtune.eval.sampson import SampsonError, two_groups
+    from worldtune.eval.video import read_video
+
+    ep, other = DroidEpisode(0, frames), DroidEpisode(1, frames)
+    raw, raw_other = ep.views(FIXED), other.views(FIXED)
+    cals = calibrations(ep)
+    metric = SampsonError()
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for crf in crfs:
+            if codec == "x264":  # worldtune's own writer
+                read = lambda v, name: read_video(write_video(Path(tmp) / f"{name}_{crf}.mp4", v, 15, crf=crf))[0]  # noqa: E731
+            else:  # SVT-AV1, a keyframe every 2 frames, as LeRobot writes videos
+                read = lambda v, name: encode(v, "av1", crf=crf)  # noqa: E731
+            views = {r: read(v, r) for r, v in raw.items()}
+            others = {r: read(v, f"other_{r}") for r, v in raw_other.items()}
+            row: dict = {"calibration": {}}
+            refs = {}
+            for name, pairs in cals.items():
+                base = Reference("ep0", {r: (H, W) for r in FIXED}, set(),
+                                 {k: PairReference(F, "calibrated") for k, F in pairs.items()}, K={r: ep.camera(r).K for r in FIXED})
+                refs[name] = metric.reference(views, "ep0", base=base)
+                row["calibration"][name] = {k: {"kept": p.F is not None, "reason": p.reason,
+                                                **{c: p.checks.get(c) for c in ("matches_within_0.5px", "by_chance_within_0.5px",
+                                                                                "matches_fitting_the_clip", "fitting_by_chance",
+                                                                                "silhouette_median_px", "unverified")}}
+                                            for k, p in refs[name].pairs.items() if k in pairs}
+            score = metric.score_views(views, reference=refs["right"])
+            clip = score.overall("crossview")
+            row["crossview"] = {k: {"median_px": _round(s.median), "frames": s.evaluated, "bimodal": two_groups(s.pair_medians)}
+                                for k, s in score.crossview.items()}
+            row["crossview_clip"] = {"median_px": _round(clip.median), "frames": clip.evaluated,
+                                     "bimodal": two_groups(clip.pair_medians)}
+            row["dynamic_true"] = {k: {"median_px": _round(s.median), "frames": s.evaluated}
+                                   for k, s in score.crossview_dynamic.items()}
+            row["dynamic_other_episode"] = {}
+            for key in score.crossview_dynamic:
+                a, b = key.split("|")
+                s = metric.score_views({a: views[a], b: others[b]}, reference=refs["right"]).crossview_dynamic[key]
+                row["dynamic_other_episode"][key] = {"median_px": _round(s.median), "frames": s.evaluated}
+            row["reference_mode"] = reference_mode(views, ep)
+            out[f"{codec}_crf{crf}"] = row
+    return out
+
+
+def wrist_masks(frames: int = 48) -> dict:
+    from tests.eval.droid_scene import DroidEpisode, encode
+    from worldtune.eval.rig import Reference, camera_fixed_mask
+    from worldtune.eval.sampson import SampsonError
+
+    out = {}
+    for name, speed in (("slow", 0.003), ("fast", 0.012)):
+        ep = DroidEpisode(0, frames, speed, wrist_down=True)
+        clip = encode(np.stack([ep.render_view("wrist", i) for i in range(frames)]))  # AV1 as LeRobot writes it
+        fingers = np.mean([ep.gripper_mask(i) for i in range(0, frames, 8)], axis=0) > 0.5
+        usable = camera_fixed_mask(clip)
+        metric = SampsonError()
+        ref = metric.reference({"wrist": clip}, "w", base=Reference("w", {"wrist": clip.shape[1:3]}, {"wrist"},
+                                                                    K={"wrist": ep.camera("wrist").K}))
+        temporal = metric.score_views({"wrist": clip}, reference=ref).temporal["wrist"]
+        out[name] = {"temporal_pairs_scored": temporal.evaluated, "temporal_pairs": temporal.evaluated + temporal.n_skipped,
+                     "temporal_skips": temporal.skipped, "fingers_share": _round(fingers.mean()),
+                     "masked_share": None if usable is None else _round(1 - usable.mean()),
+                     "fingers_masked": None if usable is None else _round((~usable)[fingers].mean())}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--frames", type=int, default=32)
+    ap.add_argument("--crf", type=int, nargs="+", default=[18, 28, 35])
+    ap.add_argument("--codec", choices=["x264", "av1"], default="x264")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    t0 = time.time()
+    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or platform.machine(),
+              "frames": args.frames, "codec": args.codec, "encodes": encodes(args.frames, args.crf, args.codec), "wrist_down_mask": wrist_masks()}
+    result["seconds"] = round(time.time() - t0, 1)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
