@@ -28,18 +28,19 @@ def main() -> None:
     ap.add_argument("--score-every", type=int, default=0, help="score the separation every N steps (0: at the end)")
     ap.add_argument("--fresh-transformer", action="store_true",
                     help="the model's trained VAE under a randomly initialised transformer")
-    ap.add_argument("--patch", type=int, default=None, help="with --fresh-transformer: its latent patch size")
+    ap.add_argument("--transformer", type=json.loads, default=None,
+                    help='with --fresh-transformer: its config changes, as JSON (e.g. \'{"latent_patch_size": 1}\')')
     ap.add_argument("--work", type=Path, default=None, help="folder for the clips and the run (default: a temp dir)")
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "action_overfit.json")
     args, overrides = ap.parse_known_args()  # the rest: --section.key VALUE settings of the run
     work = args.work or Path(tempfile.mkdtemp(prefix="action_overfit_"))
     check = overfit_check(work, args.model, args.paths, args.steps, args.score_every, overrides,
-                          args.fresh_transformer, args.patch)
+                          args.fresh_transformer, args.transformer)
     print(f"{args.model}: before ratio {check.before.ratio:.4f}, learned share {check.before.learned_share:.3f}")
     for (step, sep), (_, loss) in zip(check.curve, check.train_loss):
         print(f"step {step}: train loss {loss:.4f}, own {sum(sep.own) / len(sep.own):.4f}, "
               f"ratio {sep.ratio:.4f} (worst clip {sep.min_clip_ratio:.4f}), learned share {sep.learned_share:.3f}")
-    row = {**check.row(), "fresh_transformer": args.fresh_transformer, "patch": args.patch, "overrides": overrides,
+    row = {**check.row(), "fresh_transformer": args.fresh_transformer, "transformer": args.transformer, "overrides": overrides,
            "machine": platform.node(), "processor": platform.processor(),
            "date": time.strftime("%Y-%m-%d")}
     try:

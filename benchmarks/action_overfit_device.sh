@@ -17,6 +17,6 @@ run() {  # name, extra arguments
 run seed &
 run seed_lr2e-3 --train.lr 2e-3 &
 run fresh_lr1e-3 --fresh-transformer --train.lr 1e-3 &
-run fresh_patch1_lr1e-3 --fresh-transformer --patch 1 --train.lr 1e-3 &
+run fresh_patch1_lr1e-3 --fresh-transformer --transformer '{"latent_patch_size": 1}' --train.lr 1e-3 &
 wait
 for f in "$OUT"/overfit_*.log; do echo "== $f"; grep -E "ratio|exit|Error" "$f" | tail -12; done

@@ -90,12 +90,12 @@ class OverfitCheck:
 
 
 def write_paths(out: Path, model: str, paths: int, seed: int = 0, length: int = 17,
-                fresh_transformer: bool = False, patch: int | None = None) -> None:
+                fresh_transformer: bool = False, transformer: dict[str, Any] | None = None) -> None:
     """The check's inputs under `out`: a LeRobot dataset of `paths` episodes that share episode 0's layout, rig and
     start (the model's own camera size and held-out task when it is a seed), one clip each, and the model folder
     (with `fresh_transformer`, a seed's trained VAE under its transformer's random start: whether a model that never
-    learned to do without its actions learns to read them; `patch` gives that transformer another latent patch size,
-    so that a token covers fewer pixels)."""
+    learned to do without its actions learns to read them; `transformer` changes that transformer's config, e.g.
+    `latent_patch_size` so that a token covers fewer pixels, or its size for a check that runs in minutes)."""
     from worldtune.scene.writer import write_demo_dataset
     from worldtune.demo import demo_data
     from worldtune.models.build import build_transformer
@@ -108,11 +108,10 @@ def write_paths(out: Path, model: str, paths: int, seed: int = 0, length: int = 
     init_model_dir(model, out / "model")
     if fresh_transformer:
         spec = get_spec(model)
-        if patch is not None:
-            channels = spec.transformer["latent_channel"]
-            spec = dataclasses.replace(spec, transformer={**spec.transformer, "latent_patch_size": patch,
-                                                          "patch_latent_dim": patch * patch * channels})
-        build_transformer(spec).save_pretrained(out / "model" / "transformer", safe_serialization=True)
+        config = {**spec.transformer, **(transformer or {})}
+        config["patch_latent_dim"] = config["latent_patch_size"] ** 2 * config["latent_channel"]
+        build_transformer(dataclasses.replace(spec, transformer=config)).save_pretrained(
+            out / "model" / "transformer", safe_serialization=True)
 
 
 def prepare_paths(out: Path, model: str, overrides: Sequence[str] = ()) -> None:
@@ -149,12 +148,12 @@ def separation(trainer, paths: int) -> Separation:
 
 def overfit_check(out: Path, model: str, paths: int = 4, steps: int = 300, score_every: int = 0,
                   overrides: Sequence[str] = (), fresh_transformer: bool = False,
-                  patch: int | None = None) -> OverfitCheck:
+                  transformer: dict[str, Any] | None = None) -> OverfitCheck:
     """Write, prepare and cache the same-start clips (once: a second call reuses them), train the whole generator
     on them for `steps` forward-dynamics steps (the action-use recipe: batch 8, AdamW 5e-4; `overrides` change it)
     and score the separation before, every `score_every` steps (0: at the end only) and at the end."""
     if not (out / "dataset" / "manifest.parquet").is_file():
-        write_paths(out, model, paths, fresh_transformer=fresh_transformer, patch=patch)
+        write_paths(out, model, paths, fresh_transformer=fresh_transformer, transformer=transformer)
         prepare_paths(out, model, overrides)
     run = out / "runs" / f"overfit_{steps}"
     trainer = trainer_for(out, model, run, "forward_dynamics", steps, mode="full", overrides=[*SETTINGS, *overrides])
