@@ -140,14 +140,24 @@ class TrackTruth:
                     "gripper path to compare with")
         return cls(cal, _read_states(src))
 
-    def view(self, clip: str, role: str, frames: int) -> ViewTruth | None:
-        """The true gripper of `clip`'s first `frames` frames in view `role`, or None when it is not known there
-        (not a fixed camera, not calibrated, no state rows)."""
+    def views(self, clip: str) -> dict[str, ViewTruth]:
+        """The true gripper of `clip` in each of the dataset's fixed views where it is known."""
+        out = {}
+        for role in sorted(self.cal.roles):
+            v = self.view(clip, role)
+            if v is not None:
+                out[role] = v
+        return out
+
+    def view(self, clip: str, role: str, frames: int | None = None) -> ViewTruth | None:
+        """The true gripper of `clip`'s first `frames` frames (all) in view `role`, or None when it is not known
+        there (not a fixed camera, not calibrated, no state rows)."""
         if self.cal.is_static(role) is not True:
             return None
         row = self.cal.clips.get(clip)
         if row is None or int(row["episode_index"]) not in self.states:
             return None
+        frames = int(row["num_frames"]) if frames is None else frames
         state = self.states[int(row["episode_index"])]
         idx = [int(row["start_frame"]) + k * int(row["stride"]) for k in range(frames)]
         cams = [self.cal.camera(role, clip, k) for k in range(frames)]
@@ -342,19 +352,23 @@ def video_figures(views: dict[str, ViewScore]) -> dict[str, Any]:
     return row
 
 
-def score_input(real: Any, others: Sequence[tuple[str, Any]], truths: dict[str, ViewTruth],
+def score_input(real: tuple[str, Any], others: Sequence[tuple[str, Any]], truths: dict[str, ViewTruth],
                 s: TrackSettings = TrackSettings()) -> dict[str, dict[str, Any]]:
-    """Every video of one input (`others`: (key, VideoSource)) and the real clip (`real`, key "real") against the
-    truth of each exterior view; the plate of each view comes from the real clip. Per key: row fields."""
+    """The real clip (`real`: key, VideoSource) and every other video of one input (`others`) against the truth
+    of each exterior view; the plate of each view comes from the real clip. Per key: row fields."""
     import cv2
 
     from worldtune.errors import WorldtuneError
 
-    real_views = real.load()
+    real_key, real = real
+    try:
+        real_views = real.load()
+    except WorldtuneError as e:
+        return {k: {f"{METRIC}_reason": f"real clip unreadable: {e}"} for k, _ in [(real_key, real), *others]}
     truths = {r: t.scaled(real_views[r].shape[1:3]) for r, t in truths.items() if r in real_views}
     plates = {r: plate(real_views[r], t) for r, t in truths.items()}
     out: dict[str, dict[str, Any]] = {}
-    for key, src in [("real", real), *others]:
+    for key, src in [(real_key, real), *others]:
         try:
             views = real_views if src is real else src.load()
         except WorldtuneError as e:
