@@ -179,12 +179,20 @@ def _generation_folder(scene: dict, out: Path) -> Path:
     return out
 
 
-def test_evaluate_writes_the_figure_per_model_view_and_paired_difference(scene, tmp_path):
+@pytest.fixture(scope="module")
+def scene_eval(scene, tmp_path_factory) -> tuple[Path, dict]:
+    """`worldtune evaluate` of the folder above: (out folder, results)."""
     from worldtune.config import EvaluateConfig
     from worldtune.eval.evaluate import run
 
-    gen = _generation_folder(scene, tmp_path / "gen")
-    res = run(EvaluateConfig(runs=[str(gen)], out=str(tmp_path / "eval"), workers=1, metrics=["ee_track_error"]))
+    tmp = tmp_path_factory.mktemp("ee_eval")
+    gen = _generation_folder(scene, tmp / "gen")
+    return tmp / "eval", run(EvaluateConfig(runs=[str(gen)], out=str(tmp / "eval"), workers=1,
+                                            metrics=["ee_track_error"]))
+
+
+def test_evaluate_writes_the_figure_per_model_view_and_paired_difference(scene, scene_eval):
+    out, res = scene_eval
     assert res["metrics"] == ["ee_track_error"] and "ee_track_error" in res["lower_is_better"]
     m = res["models"]
     real, good, base, held = (m[k]["ee_track_error"]["mean"] for k in ("real", "good", "base", "first_frame"))
@@ -196,10 +204,23 @@ def test_evaluate_writes_the_figure_per_model_view_and_paired_difference(scene, 
     assert e["status"] == "ok" and set(e["models"]["good"]["views"]) == {"exterior_1", "exterior_2"}
     assert e["models"]["good"]["views_vs_base"]["exterior_1"]["mean"] < 0
     assert 0.8 <= e["models"]["real"]["found"] <= 1.0
-    rows = [json.loads(x) for x in (tmp_path / "eval" / "videos.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (out / "videos.jsonl").read_text().splitlines()]
     one = next(r for r in rows if r["model"] == "good")
     assert set(one["ee_tracks"]) == {"exterior_1", "exterior_2"} and len(one["ee_tracks"]["exterior_1"]) == 17
-    assert "ee_track_error" in (tmp_path / "eval" / "videos.csv").read_text().splitlines()[0]
+    assert "ee_track_error" in (out / "videos.csv").read_text().splitlines()[0]
+
+
+def test_report_shows_the_figure_and_the_tracks(scene_eval, tmp_path):
+    from worldtune.config import ReportConfig
+    from worldtune.eval.report import run
+
+    out, _ = scene_eval
+    written = run(ReportConfig(eval=str(out), out=str(tmp_path / "report"), runs=[], max_examples=1))
+    page = (tmp_path / "report" / "report.html").read_text()
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "End-effector track" in page and "ee_tracks.png" in page and "exterior_1" in page
+    assert "## End-effector track" in md and "| good | exterior_2 |" in md
+    assert any(p.endswith("ee_tracks.png") for p in written["plots"])
 
 
 def test_evaluate_without_truth_states_why_and_goes_on(gen_folder, tmp_path):

@@ -384,4 +384,7 @@ def score_input(real: tuple[str, Any], others: Sequence[tuple[str, Any]], truths
                 fr = np.stack([cv2.resize(x, (w, h), interpolation=cv2.INTER_AREA) for x in fr])
             scores[role] = score_view(fr, pl, truths[role].scaled((h, w)), s)
         out[key] = video_figures(scores) if scores else {f"{METRIC}_reason": "no exterior view in this video"}
+    out[real_key]["ee_truth"] = {r: [[round(float(u), 2), round(float(v), 2)] for u, v in t.points]
+                                 for r, t in truths.items()}
+    out[real_key]["ee_view_sizes"] = {r: list(t.size) for r, t in truths.items()}
     return out
