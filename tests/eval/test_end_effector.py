@@ -233,3 +233,21 @@ def test_evaluate_without_truth_states_why_and_goes_on(gen_folder, tmp_path):
     assert res["metrics"] == ["psnr"]
     assert res["end_effector"]["status"] == "absent" and "no prepared dataset" in res["end_effector"]["reason"]
     assert res["models"]["base"]["psnr"]["n"] > 0
+
+
+def test_detector_takes_the_arm_hanging_from_above_not_a_grey_blob(scene):
+    """A washed-out block (what the seed models' videos show) is grey and differs from the plate too, but it is
+    compact and does not reach the top of the view; the arm's column does. On the plate itself nothing is found."""
+    clip = scene["clips"][0]
+    views = _views(scene, clip)
+    role, truth = next(iter(scene["truth"].views(clip).items()))
+    plate = ee.plate(views[role], truth)
+    frame = np.clip(plate, 0, 255).astype(np.uint8)
+    assert ee.detect(frame, plate) is None
+    blob = frame.copy()
+    blob[40:47, 20:28] = (110, 112, 118)  # a grey square on the table
+    assert ee.detect(blob, plate) is None
+    arm = blob.copy()
+    arm[0:36, 70:76] = (120, 122, 130)  # a grey column from the top edge down to row 35
+    found = ee.detect(arm, plate)
+    assert found is not None and abs(found[1] - 35) <= 1.5 and abs(found[0] - 72.5) <= 1.5

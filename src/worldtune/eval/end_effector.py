@@ -22,9 +22,11 @@ blurred a little (a VAE's blur and the real clip's fine texture then agree), the
 to the plate's (a gain and offset per channel, least squares over the pixels that agree best: a VAE's colour
 shifts), the pixels that differ by more than `level` grey levels and `noise_factor` robust standard deviations
 are the foreground, and of those the unsaturated ones (the arm's grey; not the blocks, the bowl or the table)
-form the arm. Its largest blob, grown into the foreground touching it (a block held in the gripper), reaches
-down to the gripper: the gripper is its lowest point (the column hangs from above the view), at the mean
-column of its lowest rows. A frame where no arm is found keeps the last position found, starting from the
+form the arm. The column hangs from above the view, so the arm is the largest of the grey blobs that reach the
+view's top edge (else of those standing tall and narrow: a column cut by the blur); a compact grey blob lower
+down (a block a model washed out) is not the arm. That blob, grown into the foreground touching it (a block held
+in the gripper), reaches down to the gripper: the gripper is its lowest point, at the mean column of its lowest
+rows. A frame where no arm is found keeps the last position found, starting from the
 true position in the first frame (the frame every video starts from): a video that loses the arm scores as if
 the arm had stopped there, as holding the first frame does.
 
@@ -277,13 +279,10 @@ def detect(frame: np.ndarray, plate_: np.ndarray, s: TrackSettings = TrackSettin
     top = np.maximum(c.max(axis=2), 20)
     grey = ((c.max(axis=2) - c.min(axis=2)) / top < s.max_chroma) & ((c[..., 2] - c[..., 0]) / top > s.min_blue)
     arm = cv2.morphologyEx((fg.astype(bool) & grey).astype(np.uint8), cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))
-    n, labels, stats, _ = cv2.connectedComponentsWithStats(arm)
-    if n <= 1:
+    best = _arm_blob(arm, max(4.0, s.min_area * h * w))
+    if best is None:
         return None
-    best = 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
-    if stats[best, cv2.CC_STAT_AREA] < max(4.0, s.min_area * h * w):
-        return None
-    seed = labels == best
+    seed = best
     grown = cv2.morphologyEx(fg, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8)) | seed.astype(np.uint8)
     _, parts = cv2.connectedComponents(grown)
     ids = np.unique(parts[seed])
@@ -291,6 +290,24 @@ def detect(frame: np.ndarray, plate_: np.ndarray, s: TrackSettings = TrackSettin
     bottom = ys.max()
     low = ys >= bottom - s.band * h
     return np.array([xs[low].mean(), float(bottom)])
+
+
+TALL, ASPECT = 0.15, 1.2  # a blob below the top edge is the arm when it stands this tall (share of the view, height/width)
+
+
+def _arm_blob(arm: np.ndarray, min_area: float) -> np.ndarray | None:
+    """The arm's blob among the grey moving ones: the column hangs from above the view, so of the blobs that reach
+    its top edge the largest, else the tallest (a washed-out block is grey too, but compact)."""
+    import cv2
+
+    n, labels, stats, _ = cv2.connectedComponentsWithStats(arm)
+    ids = [i for i in range(1, n) if stats[i, cv2.CC_STAT_AREA] >= min_area]
+    if not ids:
+        return None
+    top = [i for i in ids if stats[i, cv2.CC_STAT_TOP] <= 1]
+    tall = [i for i in ids if stats[i, cv2.CC_STAT_HEIGHT] >= max(TALL * arm.shape[0], ASPECT * stats[i, cv2.CC_STAT_WIDTH])]
+    pick = top or tall
+    return labels == max(pick, key=lambda i: stats[i, cv2.CC_STAT_AREA]) if pick else None
 
 
 def track(frames: np.ndarray, plate_: np.ndarray, start: np.ndarray,
