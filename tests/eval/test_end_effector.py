@@ -251,3 +251,29 @@ def test_detector_takes_the_arm_hanging_from_above_not_a_grey_blob(scene):
     arm[0:36, 70:76] = (120, 122, 130)  # a grey column from the top edge down to row 35
     found = ee.detect(arm, plate)
     assert found is not None and abs(found[1] - 35) <= 1.5 and abs(found[0] - 72.5) <= 1.5
+
+
+def test_separate_view_files_score_as_the_grid(scene, scene_eval, tmp_path):
+    """Videos given as one file per camera (`views` in generations.jsonl) read the same figure as the grid."""
+    from worldtune.config import EvaluateConfig
+    from worldtune.eval.evaluate import run
+    from worldtune.eval.video import write_video
+
+    _, grid = scene_eval
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "info.json").write_text(json.dumps({"format": "worldtune.generations", "version": 1, "layout": None,
+                                               "fps": 15, "dataset": str(scene["dataset"])}))
+    rows = []
+    for clip in scene["clips"]:
+        views = _views(scene, clip)
+        real = {r: str(write_video(gen / "ground_truth" / clip / f"{r}.mp4", v, 15).relative_to(gen)) for r, v in views.items()}
+        good = {r: str(write_video(gen / "good" / f"{clip}_s0" / f"{r}.mp4", _blurred_and_shifted(v), 15).relative_to(gen))
+                for r, v in views.items()}
+        rows.append({"model": "good", "name": clip, "seed": 0, "video": good["exterior_1"], "views": good,
+                     "ground_truth": real["exterior_1"], "ground_truth_views": real})
+    (gen / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run(EvaluateConfig(runs=[str(gen)], out=str(tmp_path / "eval"), workers=1, metrics=["ee_track_error"]))
+    for label in ("good", "real"):
+        assert res["models"][label]["ee_track_error"]["n"] == len(scene["clips"])
+        assert abs(res["models"][label]["ee_track_error"]["mean"] - grid["models"][label]["ee_track_error"]["mean"]) < 1.0
