@@ -253,13 +253,15 @@ def _fit_colours(frame: np.ndarray, plate_: np.ndarray, rounds: int = 2) -> np.n
     out = f.copy()
     keep = np.ones(len(f), bool)
     for _ in range(rounds + 1):
-        for c in range(3):
-            A = np.stack([f[keep, c], np.ones(int(keep.sum()), np.float32)], 1)
-            (a, b), *_ = np.linalg.lstsq(A, p[keep, c], rcond=None)
-            out[:, c] = a * f[:, c] + b
-        r = np.abs(out - p).max(1)
-        keep = r <= np.percentile(r, 80)
-    return out.reshape(frame.shape)
+        fk, pk = f[keep], p[keep]
+        fm, pm = fk.mean(0), pk.mean(0)
+        var = ((fk - fm) ** 2).mean(0)
+        a = np.where(var > 1e-6, ((fk - fm) * (pk - pm)).mean(0) / np.maximum(var, 1e-6), 1.0)  # least squares, per channel
+        out = f * a + (pm - a * fm)
+        d = np.abs(out - p)
+        r = np.maximum(np.maximum(d[:, 0], d[:, 1]), d[:, 2])
+        keep = r <= np.partition(r, int(0.8 * (len(r) - 1)))[int(0.8 * (len(r) - 1))]
+    return out.reshape(frame.shape).astype(np.float32)
 
 
 def detect(frame: np.ndarray, plate_: np.ndarray, s: TrackSettings = TrackSettings()) -> np.ndarray | None:
