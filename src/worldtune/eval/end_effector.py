@@ -122,7 +122,8 @@ class TrackTruth:
         root = Path(dataset)
         cal = Calibration.load(root)
         if cal is None:
-            return f"{root} has no cameras.json: only worldtune's synthetic scene records its cameras"
+            return (f"{root} has no cameras.json: the true gripper path needs the dataset's cameras (worldtune's "
+                    "synthetic scene records them)")
         try:
             info = json.loads((root / "info.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
