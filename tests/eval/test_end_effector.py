@@ -277,3 +277,17 @@ def test_separate_view_files_score_as_the_grid(scene, scene_eval, tmp_path):
     for label in ("good", "real"):
         assert res["models"][label]["ee_track_error"]["n"] == len(scene["clips"])
         assert abs(res["models"][label]["ee_track_error"]["mean"] - grid["models"][label]["ee_track_error"]["mean"]) < 1.0
+
+
+def test_truth_follows_exterior_cameras_re_placed_per_episode(tmp_path):
+    """A scene whose exterior cameras are re-placed every episode (`rig_jitter`) records each episode's cameras, so
+    the truth is each episode's own projection, not the first episode's."""
+    from worldtune.data.synthetic import demo_episodes, write_demo_dataset
+
+    write_demo_dataset(tmp_path / "lerobot", episodes=3, height=48, width=80, length=8, rig_jitter=0.04, workers=1)
+    cams = json.loads((tmp_path / "lerobot" / "meta" / "cameras.json").read_text())["cameras"]
+    for ep in demo_episodes(3, 0, 48, 80, length=8, rig_jitter=0.04):
+        for name in ("exterior_1_left", "exterior_2_left"):
+            entry = cams[f"observation.images.{name}"]
+            pose = entry["episodes"][str(ep.index)] if "episodes" in entry else entry
+            assert np.allclose(pose["R"], ep.camera(name, 0).R) and np.allclose(pose["t"], ep.camera(name, 0).t)
