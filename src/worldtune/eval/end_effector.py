@@ -26,12 +26,13 @@ form the arm. The column hangs from above the view, so the arm is the largest of
 view's top edge (else of those standing tall and narrow: a column cut by the blur); a compact grey blob lower
 down (a block a model washed out) is not the arm. That blob, grown into the foreground touching it (a block held
 in the gripper), reaches down to the gripper: the gripper is its lowest point, at the mean column of its lowest
-rows. A frame where no arm is found keeps the last position found, starting from the
-true position in the first frame (the frame every video starts from): a video that loses the arm scores as if
-the arm had stopped there, as holding the first frame does.
+rows. A frame where no arm is found keeps the last position found, starting from the true position in the first
+frame (the frame every video starts from): a video that loses the arm scores as if the arm had stopped there, as
+holding the first frame does.
 
-Measured on the real clips (docs/eval.md): the detector's own error is a few tenths of the gripper's travel;
-another episode's real clip and the first frame held score many times worse (tests/eval/test_end_effector.py).
+Measured at 64x112 views (docs/eval.md, benchmarks/ee_track_bench.py): the detector's own error on real clips is
+about 2 px, through the seed models' VAEs 3.5-4.5 px, while another episode's real clip reads 27 px and the first
+frame held 41 px (tests/eval/test_end_effector.py holds it to this).
 
 Only datasets written by worldtune's synthetic scene carry this truth; for any other the figure is absent and
 the reason says why (`TrackTruth.load`).
