@@ -242,7 +242,7 @@ def test_detector_takes_the_arm_hanging_from_above_not_a_grey_blob(scene):
     views = _views(scene, clip)
     role, truth = next(iter(scene["truth"].views(clip).items()))
     plate = ee.plate(views[role], truth)
-    frame = np.clip(plate, 0, 255).astype(np.uint8)
+    frame = np.clip(plate.image, 0, 255).astype(np.uint8)
     assert ee.detect(frame, plate) is None
     blob = frame.copy()
     blob[40:47, 20:28] = (110, 112, 118)  # a grey square on the table
@@ -291,3 +291,39 @@ def test_truth_follows_exterior_cameras_re_placed_per_episode(tmp_path):
             entry = cams[f"observation.images.{name}"]
             pose = entry["episodes"][str(ep.index)] if "episodes" in entry else entry
             assert np.allclose(pose["R"], ep.camera(name, 0).R) and np.allclose(pose["t"], ep.camera(name, 0).t)
+
+
+def test_detector_learns_the_arm_colour_from_the_real_clip(tmp_path, monkeypatch):
+    """An arm of another colour (yellow, close to the table's hue) is found from the colour of the real clip's arm;
+    the scene's fixed grey rule finds it on almost no frame."""
+    import worldtune.data.synthetic as syn
+    from worldtune.config import PrepareConfig
+    from worldtune.data import prepare
+
+    plain = syn._make_textures
+
+    def yellow_arm(seed: int, size: int = 256, style: str = "demo") -> dict:
+        tex = plain(seed, size, style)
+        tex["arm"] = np.clip(tex["arm"].mean(axis=2, keepdims=True) / 0.6 * np.array([0.9, 0.75, 0.1]), 0, 1)
+        return {k: np.ascontiguousarray(v, np.float32) for k, v in tex.items()}
+
+    monkeypatch.setattr(syn, "_make_textures", yellow_arm)
+    monkeypatch.setattr(syn, "_TEX_CACHE", {})  # the yellow arm stays in this test
+    syn.write_demo_dataset(tmp_path / "lerobot", episodes=4, height=SOURCE_HW[0], width=SOURCE_HW[1], length=24,
+                           targets=("green",), motion="varied", place_on="blue", workers=1)
+    prepare.run(PrepareConfig(source=str(tmp_path / "lerobot"), out=str(tmp_path / "dataset"), height=GRID_HW[0],
+                              width=GRID_HW[1], workers=1), quiet=True)
+    truth = ee.TrackTruth.load(tmp_path / "dataset")
+    layout = json.loads((tmp_path / "dataset" / "info.json").read_text())["layout"]
+    learned, grey = [], []
+    for clip in sorted(truth.cal.clips):
+        views = _views({"dataset": tmp_path / "dataset", "layout": layout}, clip)
+        for role, t in truth.views(clip).items():
+            plate = ee.plate(views[role], t)
+            assert plate.arm_colour is not None and plate.arm_colour[2] < 0.2  # yellow: little blue
+            learned.append(ee.score_view(views[role], plate, t).error)
+            plate.arm_colour = None
+            grey.append(ee.score_view(views[role], plate, t))
+    assert np.median(learned) < 3.0, learned  # 2.0 measured
+    found = sum(g.found for g in grey) / sum(g.frames for g in grey)
+    assert found < 0.05 and np.median([g.error for g in grey]) > 10 * np.median(learned)  # 2 of 118 frames, 51 px

@@ -21,17 +21,18 @@ that input; it says nothing about where a generated arm is. Per frame: both the 
 blurred a little (a VAE's blur and the real clip's fine texture then agree), the frame's colours are fitted
 to the plate's (a gain and offset per channel, least squares over the pixels that agree best: a VAE's colour
 shifts), the pixels that differ by more than `level` grey levels and `noise_factor` robust standard deviations
-are the foreground, and of those the unsaturated ones (the arm's grey; not the blocks, the bowl or the table)
-form the arm. The column hangs from above the view, so the arm is the largest of the grey blobs that reach the
-view's top edge (else of those standing tall and narrow: a column cut by the blur); a compact grey blob lower
-down (a block a model washed out) is not the arm. That blob, grown into the foreground touching it (a block held
+are the foreground, and of those the ones of the arm's colour form the arm: its chromaticity learned from the
+real clip's arm (the moving pixels inside the real arm's tube), or, when the real clip shows too little of it,
+the scene's grey. The column hangs from above the view, so the arm is the largest of those blobs that reach the
+view's top edge (else of those standing tall and narrow: a column cut by the blur); a compact blob lower down (a
+block a model washed out to grey) is not the arm. That blob, grown into the foreground touching it (a block held
 in the gripper), reaches down to the gripper: the gripper is its lowest point, at the mean column of its lowest
 rows. A frame where no arm is found keeps the last position found, starting from the true position in the first
 frame (the frame every video starts from): a video that loses the arm scores as if the arm had stopped there, as
 holding the first frame does.
 
 Measured at 64x112 views (docs/eval.md, benchmarks/ee_track_bench.py): the detector's own error on real clips is
-about 2 px, through the seed models' VAEs 3.5-4.5 px, while another episode's real clip reads 27 px and the first
+about 2 px, through the seed models' VAEs 3.6-4.5 px, while another episode's real clip reads 27 px and the first
 frame held 41 px (tests/eval/test_end_effector.py holds it to this).
 
 Only datasets written by worldtune's synthetic scene carry this truth; for any other the figure is absent and
@@ -73,8 +74,8 @@ class TrackSettings:
     blur: float = 1.0  # px (Gaussian sigma) on frame and plate before they are compared
     level: float = 15.0  # grey levels a foreground pixel differs from the plate by, at least
     noise_factor: float = 6.0  # ... and this many robust standard deviations of the frame's difference
-    max_chroma: float = 0.25  # (max - min) / max of the RGB of an arm pixel: the arm is grey
-    min_blue: float = -0.06  # (B - R) / max of an arm pixel, at least: grey or bluish, not the warm table
+    max_chroma: float = 0.25  # without a learned arm colour: (max - min) / max of an arm pixel's RGB (grey) ...
+    min_blue: float = -0.06  # ... and (B - R) / max at least (grey or bluish, not the warm table)
     band: float = 0.1  # the gripper's column: mean over the arm's lowest rows, this share of the view height
     min_area: float = 0.0008  # the arm's blob covers this share of the view at least
     margin: float = 0.05  # frames whose true gripper is closer than this share of the view height to its border
@@ -228,23 +229,53 @@ def arm_mask(truth: ViewTruth, k: int) -> np.ndarray:
     return m > 0
 
 
-def plate(real: np.ndarray, truth: ViewTruth) -> np.ndarray:
-    """(h, w, 3) float32: the real clip's view without the arm, the per-pixel median of the frames where the arm
-    is not (the plain median where it is in every frame)."""
+@dataclass
+class Plate:
+    """One input's view without the arm (float32 RGB) and the colour of its real arm (chromaticity, spread)."""
+
+    image: np.ndarray
+    arm_colour: np.ndarray | None = None  # median (r, g, b) / (r + g + b) of the real arm's pixels
+    arm_spread: float = 0.0  # how far from it (in chromaticity) an arm pixel may lie
+
+
+def plate(real: np.ndarray, truth: ViewTruth, s: TrackSettings = TrackSettings()) -> Plate:
+    """The real clip's view without the arm, the per-pixel median of the frames where the arm is not (the plain
+    median where it is in every frame); and the colour of the real arm, from the pixels of its tube that differ
+    from that view (None when too few: the scene's grey is assumed then)."""
     n = min(len(real), len(truth.points))
     frames = real[:n].astype(np.float32)
+    masks = [arm_mask(truth, k) for k in range(n)]
     masked = frames.copy()
     for k in range(n):
-        masked[k][arm_mask(truth, k)] = np.nan
-    with np.errstate(all="ignore"):
-        import warnings
+        masked[k][masks[k]] = np.nan
+    import warnings
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN pixels: filled below
-            out = np.nanmedian(masked, axis=0)
-    hole = np.isnan(out)
-    out[hole] = np.median(frames, axis=0)[hole]
-    return out.astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN pixels: filled below
+        image = np.nanmedian(masked, axis=0)
+    hole = np.isnan(image)
+    image[hole] = np.median(frames, axis=0)[hole]
+    out = Plate(image.astype(np.float32))
+    inside = truth.inside(s.margin)
+    chroma = [_chromaticity(f)[fg & m] for f, fg, m, ok in
+              ((*_foreground(real[k], out.image, s), masks[k], inside[k]) for k in range(n)) if ok]
+    pix = np.concatenate(chroma) if chroma else np.empty((0, 3))
+    if len(pix) >= ARM_COLOUR_PIXELS:
+        out.arm_colour = np.median(pix, axis=0)
+        dist = np.linalg.norm(pix - out.arm_colour, axis=1)
+        out.arm_spread = float(np.clip(SPREAD_FACTOR * np.percentile(dist, 75), *SPREAD_RANGE))
+    return out
+
+
+ARM_COLOUR_PIXELS = 30  # real arm pixels needed to learn its colour
+SPREAD_FACTOR, SPREAD_RANGE = 2.0, (0.03, 0.12)  # an arm pixel's chromaticity distance: 2x the real arm's 75th
+# percentile, within these bounds
+
+
+def _chromaticity(f: np.ndarray) -> np.ndarray:
+    """(h, w, 3) colour without brightness: (r, g, b) / (r + g + b), for pixels not near black."""
+    c = np.clip(f, 1, 255)
+    return c / np.maximum(c.sum(axis=2, keepdims=True), 60)
 
 
 # -------------------------------------------------------------------------------------------- detector
@@ -266,23 +297,34 @@ def _fit_colours(frame: np.ndarray, plate_: np.ndarray, rounds: int = 2) -> np.n
     return out.reshape(frame.shape).astype(np.float32)
 
 
-def detect(frame: np.ndarray, plate_: np.ndarray, s: TrackSettings = TrackSettings()) -> np.ndarray | None:
-    """(u, v) of the gripper in one frame (uint8 RGB, the plate's size), or None when no arm is found."""
+def _foreground(frame: np.ndarray, plate_: np.ndarray, s: TrackSettings) -> tuple[np.ndarray, np.ndarray]:
+    """The frame blurred and colour-fitted to the plate (blurred alike), and (h, w) bool: where it differs."""
     import cv2
 
-    h, w = plate_.shape[:2]
-    sigma = s.blur * h / 64
+    sigma = s.blur * plate_.shape[0] / 64
     f = cv2.GaussianBlur(frame.astype(np.float32), (0, 0), sigma)
     p = cv2.GaussianBlur(plate_.astype(np.float32), (0, 0), sigma)
     f = _fit_colours(f, p)
     diff = cv2.GaussianBlur(np.abs(f - p).max(axis=2), (3, 3), 0.8)
     med = float(np.median(diff))
     level = max(s.level, med + s.noise_factor * 1.4826 * float(np.median(np.abs(diff - med))))
-    fg = (diff > level).astype(np.uint8)
-    c = np.clip(f, 1, 255)
-    top = np.maximum(c.max(axis=2), 20)
-    grey = ((c.max(axis=2) - c.min(axis=2)) / top < s.max_chroma) & ((c[..., 2] - c[..., 0]) / top > s.min_blue)
-    arm = cv2.morphologyEx((fg.astype(bool) & grey).astype(np.uint8), cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))
+    return f, diff > level
+
+
+def detect(frame: np.ndarray, plate_: Plate, s: TrackSettings = TrackSettings()) -> np.ndarray | None:
+    """(u, v) of the gripper in one frame (uint8 RGB, the plate's size), or None when no arm is found."""
+    import cv2
+
+    h, w = plate_.image.shape[:2]
+    f, moved = _foreground(frame, plate_.image, s)
+    fg = moved.astype(np.uint8)
+    if plate_.arm_colour is not None:  # the real arm's colour
+        like = np.linalg.norm(_chromaticity(f) - plate_.arm_colour, axis=2) < plate_.arm_spread
+    else:  # the scene's grey arm
+        c = np.clip(f, 1, 255)
+        top = np.maximum(c.max(axis=2), 20)
+        like = ((c.max(axis=2) - c.min(axis=2)) / top < s.max_chroma) & ((c[..., 2] - c[..., 0]) / top > s.min_blue)
+    arm = cv2.morphologyEx((moved & like).astype(np.uint8), cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))
     best = _arm_blob(arm, max(4.0, s.min_area * h * w))
     if best is None:
         return None
@@ -296,12 +338,12 @@ def detect(frame: np.ndarray, plate_: np.ndarray, s: TrackSettings = TrackSettin
     return np.array([xs[low].mean(), float(bottom)])
 
 
-TALL, ASPECT = 0.15, 1.2  # a blob below the top edge is the arm when it stands this tall (share of the view, height/width)
+TALL, ASPECT = 0.2, 1.5  # a blob below the top edge is the arm when it stands this tall (share of the view, height/width)
 
 
 def _arm_blob(arm: np.ndarray, min_area: float) -> np.ndarray | None:
-    """The arm's blob among the grey moving ones: the column hangs from above the view, so of the blobs that reach
-    its top edge the largest, else the tallest (a washed-out block is grey too, but compact)."""
+    """The arm's blob among the moving ones of its colour: the column hangs from above the view, so of the blobs that
+    reach its top edge the largest, else the largest standing tall and narrow (a washed-out block is compact)."""
     import cv2
 
     n, labels, stats, _ = cv2.connectedComponentsWithStats(arm)
@@ -314,7 +356,7 @@ def _arm_blob(arm: np.ndarray, min_area: float) -> np.ndarray | None:
     return labels == max(pick, key=lambda i: stats[i, cv2.CC_STAT_AREA]) if pick else None
 
 
-def track(frames: np.ndarray, plate_: np.ndarray, start: np.ndarray,
+def track(frames: np.ndarray, plate_: Plate, start: np.ndarray,
           s: TrackSettings = TrackSettings()) -> tuple[np.ndarray, np.ndarray]:
     """(T, 2) gripper positions and (T,) whether each was found; a frame without one keeps the last found,
     starting from `start` (the true first position)."""
@@ -344,7 +386,7 @@ class ViewScore:
         return asdict(self)
 
 
-def score_view(frames: np.ndarray, plate_: np.ndarray, truth: ViewTruth,
+def score_view(frames: np.ndarray, plate_: Plate, truth: ViewTruth,
                s: TrackSettings = TrackSettings()) -> ViewScore:
     """Track the gripper in one view's frames (at the truth's size) and compare with the truth."""
     n = min(len(frames), len(truth.points))
@@ -387,7 +429,7 @@ def score_input(real: tuple[str, Any], others: Sequence[tuple[str, Any]], truths
     except WorldtuneError as e:
         return {k: {f"{METRIC}_reason": f"real clip unreadable: {e}"} for k, _ in [(real_key, real), *others]}
     truths = {r: t.scaled(real_views[r].shape[1:3]) for r, t in truths.items() if r in real_views}
-    plates = {r: plate(real_views[r], t) for r, t in truths.items()}
+    plates = {r: plate(real_views[r], t, s) for r, t in truths.items()}
     out: dict[str, dict[str, Any]] = {}
     for key, src in [(real_key, real), *others]:
         try:
@@ -400,7 +442,7 @@ def score_input(real: tuple[str, Any], others: Sequence[tuple[str, Any]], truths
             if role not in views:
                 continue
             fr = views[role]
-            h, w = pl.shape[:2]
+            h, w = pl.image.shape[:2]
             if fr.shape[1:3] != (h, w):  # a generation at another size: compared at the real clip's
                 fr = np.stack([cv2.resize(x, (w, h), interpolation=cv2.INTER_AREA) for x in fr])
             scores[role] = score_view(fr, pl, truths[role].scaled((h, w)), s)
