@@ -84,7 +84,7 @@ def action_overrides(out: Path) -> list[str]:
     (the held-out clips' own and another episode's actions, labelled back by the demo's IDM)."""
     o = str(out)
     return ["--prepare.actions.key", "action", "--train.task", "forward_dynamics", "--evaluate.mode", "actions",
-            "--evaluate.metrics", '["pixels", "sampson_temporal"]', "--evaluate.actions.dataset", f"{o}/dataset",
+            "--evaluate.metrics", '["pixels", "sampson_temporal", "ee_track_error"]', "--evaluate.actions.dataset", f"{o}/dataset",
             "--evaluate.actions.adapters", f'[{{path = "{o}/runs/lora/export", name = "fd"}}]',
             "--evaluate.actions.steps", "8", "--evaluate.actions.idm", f"{o}/runs/idm",
             "--evaluate.actions.labellers", '["idm", "cosmos3"]', "--trajectories.cosmos3.dataset", f"{o}/dataset",

@@ -64,7 +64,7 @@ def test_derangement_gives_every_clip_another_episode():
 def _cfg(fd_trained, out: Path, *extra: str):
     return load_config(None, [
         "--model.path", str(fd_trained["model"]), "--evaluate.mode", "actions", "--evaluate.out", str(out),
-        "--evaluate.metrics", '["pixels"]', "--evaluate.workers", "1",
+        "--evaluate.metrics", '["pixels", "ee_track_error"]', "--evaluate.workers", "1",
         "--evaluate.actions.dataset", str(fd_trained["dataset"]), "--evaluate.actions.steps", "1",
         "--evaluate.actions.adapters", f'[{{path = "{fd_trained["adapter"]}", name = "fd"}}]', *extra])
 
@@ -84,6 +84,11 @@ def test_actions_mode_scores_own_and_other_actions_per_view(fd_trained, tmp_path
         assert s["ci_low"] is None and "3 inputs in common" in s["reason"]
         assert set(models[label]["views"]) == set(ROLES) and set(models[label]["action_sensitivity_views"]) == set(ROLES)
     assert models["fd"]["vs_base"]["psnr"]["n_pairs"] == 3
+    # the synthetic scene's gripper track: scored for every drive, own and other actions paired per clip (these
+    # 5-frame clips keep the gripper above the view in some clips: those say so)
+    assert results["end_effector"]["status"] == "ok" and models["real"]["ee_track_error"]["n"] >= 1
+    sens = models["fd"]["action_sensitivity"]["ee_track_error"]
+    assert sens["n_pairs"] == models["real"]["ee_track_error"]["n"]
 
     gen = out / "generations"
     rows = [json.loads(x) for x in (gen / "generations.jsonl").read_text().splitlines()]
@@ -95,6 +100,7 @@ def test_actions_mode_scores_own_and_other_actions_per_view(fd_trained, tmp_path
             assert r["actions_episode"] != r["episode_index"] == twin["episode_index"] == twin["actions_episode"]
     videos = [json.loads(x) for x in (out / "videos.jsonl").read_text().splitlines()]
     fd_row = next(v for v in videos if v["model"] == "fd")
+    assert all(v.get("ee_track_error") is not None or "outside the view" in v["ee_track_error_reason"] for v in videos)
     assert len(fd_row["pixel_curves"]["dynamic_psnr"]) == 4  # one value per generated frame after the first
 
     before = {r["video"]: (gen / r["video"]).stat().st_mtime_ns for r in rows}

@@ -64,11 +64,13 @@ class EvaluateConfig(Section):
                             description="generation folders written by `worldtune generate`")
     out: str = Field("demo_out/eval", description="output folder: results.json, videos.jsonl, videos.csv")
     metrics: list[str] = Field(default_factory=lambda: ["sampson_temporal", "sampson_crossview", "sampson_crossview_dynamic",
-                                                        "pixels"],
+                                                        "pixels", "ee_track_error"],
                                description="sampson_temporal, sampson_crossview, sampson_crossview_dynamic (cross-view "
                                            "on what moves), pixels (= psnr, ssim, dynamic_psnr, "
                                            "motion_iou_spatial, motion_iou_spatiotemporal, warp_error), "
-                                           "judge_physics, judge_instruction, judge:<rubric>")
+                                           "ee_track_error (the gripper's track in the exterior views against "
+                                           "its true path; synthetic-scene datasets only, else absent with the "
+                                           "reason), judge_physics, judge_instruction, judge:<rubric>")
     dataset: str | None = Field(None, description="the prepared dataset the generations came from; its cameras.json "
                                                   "gives calibrated geometry (None: found from the generations' info.json)")
     judge_endpoint: str | None = Field(None, description="OpenAI-compatible chat-completions URL of the judge (None: no judge)")

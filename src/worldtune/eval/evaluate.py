@@ -18,7 +18,9 @@ scored against the real rig's geometry when it exists, worldtune.eval.sampson; t
 moves, worldtune.eval.silhouettes), the pixel metrics against the real continuation
 (`pixels` = `psnr`, `ssim`, `dynamic_psnr`, `motion_iou_spatial`, `motion_iou_spatiotemporal`,
 `warp_error`; worldtune.eval.pixels; a video's value is the mean over its camera views),
-`judge_physics`, `judge_instruction` (1-5, higher is better), and `judge:<rubric name or YAML path>`.
+`judge_physics`, `judge_instruction` (1-5, higher is better), `judge:<rubric name or YAML path>`, and for datasets of
+worldtune's synthetic scene `ee_track_error` (px, lower is better: the gripper found in each exterior view against its
+true, recorded path; worldtune.eval.end_effector; absent, with the reason, for other datasets).
 Every model is compared with the base model over the same (input, seed) pairs: paired mean
 difference, a 95 % bootstrap CI over inputs and a win rate (worldtune.eval.stats).
 
@@ -47,6 +49,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from worldtune.errors import EvaluationError
+from worldtune.eval.end_effector import METRIC as EE_METRIC
 from worldtune.eval.sampson import KINDS
 from worldtune.names import inside
 
@@ -56,7 +59,7 @@ REFERENCE = "real"  # model label of the ground-truth clips
 SAMPSON_METRICS = tuple(f"sampson_{k}" for k in KINDS)
 PIXEL_METRICS = ("psnr", "ssim", "dynamic_psnr", "motion_iou_spatial", "motion_iou_spatiotemporal", "warp_error")
 JUDGE_METRICS = {"judge_physics": "physical_plausibility", "judge_instruction": "instruction_following"}
-LOWER_IS_BETTER = set(SAMPSON_METRICS) | {"warp_error"}
+LOWER_IS_BETTER = set(SAMPSON_METRICS) | {"warp_error", EE_METRIC}
 BASE = "base"  # model label of the un-adapted model, what every other model is compared with
 
 
@@ -178,7 +181,7 @@ def shared_files(entries: Sequence[Entry]) -> tuple[list[Entry], dict[str, str]]
 # ------------------------------------------------------------------------------------- metrics
 def check_metrics(names: Sequence[str]) -> list[str]:
     """The metric list with `pixels` expanded; unknown names are a one-line error."""
-    known = set(SAMPSON_METRICS) | set(PIXEL_METRICS) | set(JUDGE_METRICS) | {"pixels"}
+    known = set(SAMPSON_METRICS) | set(PIXEL_METRICS) | set(JUDGE_METRICS) | {"pixels", EE_METRIC}
     bad = [m for m in names if m not in known and not m.startswith("judge:")]
     if bad:
         raise EvaluationError(f"unknown metric(s) {bad} in evaluate.metrics: use {sorted(known)} or judge:<rubric>")
@@ -318,6 +321,62 @@ def _pixels_one(key: str, gen: Any, real: Any, start: int, wanted: Sequence[str]
             curves[m] = [_mean_or_none([c[i] for c in cs]) for i in range(L)]
     row["pixel_curves"] = curves
     return key, row
+
+
+def run_end_effector(entries: Sequence[Entry], cfg: Any, dataset: Path | None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Per entry key: the end-effector track figures (worldtune.eval.end_effector) of every video of an input with
+    a real clip, and the status: "ok", or "absent" with the reason (a dataset that does not record the truth)."""
+    from worldtune.eval.end_effector import TrackTruth, score_input
+    from worldtune.eval.progress import map_processes
+
+    truth = TrackTruth.load(dataset)
+    if isinstance(truth, str):
+        return {}, {"status": "absent", "reason": truth}
+    reals = {(e.run, e.name): e for e in entries if e.reference}
+    jobs, unknown = [], []
+    for (run, name), real in reals.items():
+        truths = truth.views(name)
+        if not truths:
+            unknown.append(name)
+            continue
+        others = [(e.key, _source(e)) for e in entries if not e.reference and (e.run, e.name) == (run, name)]
+        jobs.append(((real.key, _source(real)), others, truths))
+    out: dict[str, dict[str, Any]] = {}
+    for part in map_processes(score_input, jobs, cfg.workers, "end-effector tracks"):
+        out.update(part)
+    why = "no true gripper path for this input (not a clip of the evaluated dataset, or no fixed camera)"
+    for e in entries:
+        if e.key not in out:
+            out[e.key] = {f"{EE_METRIC}_reason": why if (e.run, e.name) in reals else "no real clip for this input"}
+    status = {"status": "ok", "dataset": str(dataset), "inputs": len(jobs)}
+    if unknown:
+        status["inputs_without_truth"] = sorted(unknown)
+    return out, status
+
+
+def end_effector_summary(rows: Sequence[dict[str, Any]], status: dict[str, Any]) -> dict[str, Any]:
+    """results.json's `end_effector`: the status and, per model, each exterior view's statistics and paired
+    difference to the base model, and the share of scored frames where the gripper was found."""
+    from worldtune.eval.stats import paired_difference
+
+    if status.get("status") != "ok":
+        return status
+    models: dict[str, Any] = {}
+    for label in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == label]
+        roles = sorted({role for r in mine for role in (r.get("ee_track_views") or {})})
+        found = [r["ee_track_found"] for r in mine if r.get("ee_track_found") is not None]
+        m: dict[str, Any] = {"found": float(np.mean(found)) if found else None,
+                             "views": {role: stats([(r.get("ee_track_views") or {}).get(role) for r in mine]) for role in roles}}
+        base = base_label(label)
+        if not is_reference(label) and label.rsplit("/", 1)[-1] != BASE and any(r["model"] == base for r in rows):
+            def per(lab: str, role: str) -> dict[tuple[str, Any], float]:
+                return {(r["name"], r["seed"]): v for r in rows if r["model"] == lab
+                        and (v := (r.get("ee_track_views") or {}).get(role)) is not None}
+            m["views_vs_base"] = {role: paired_difference(per(label, role), per(base, role),
+                                                           higher_is_better=False).to_dict() for role in roles}
+        models[label] = m
+    return {**status, "metric": EE_METRIC, "unit": "px", "models": models}
 
 
 def _mean_or_none(xs: Sequence[float | None]) -> float | None:
@@ -517,6 +576,13 @@ def print_summary(results: dict[str, Any]) -> None:
                               f"{k['pairs'] + k['pairs_skipped']} frame pairs {k['skip_reasons']}")
         if s.get("videos_skipped"):
             console.print(f"  {label}: {s['videos_skipped']} video(s) could not be scored (see videos.jsonl status)")
+    ee = results.get("end_effector")
+    if ee and ee.get("status") != "ok":
+        console.print(f"  {EE_METRIC} absent: {ee['reason']}")
+    elif ee:
+        found = ", ".join(f"{label} {100 * m['found']:.0f} %" for label, m in ee["models"].items() if m.get("found") is not None)
+        console.print(f"  {EE_METRIC}: gripper found on {found} of the scored frames (elsewhere its last position "
+                      "is kept); the real clips' row is the detector's own error")
     j = results["judge"]
     if j["status"] == "skipped":
         console.print(f"  judge skipped: {j['reason']}")
@@ -557,6 +623,9 @@ def run(cfg: Any) -> dict[str, Any]:
     scored, same = shared_files(entries)
     sampson, rig = run_sampson(scored, cfg, sampson_metrics, dataset) if sampson_metrics else ({}, {})
     pixels = run_pixels(scored, cfg, metrics) if any(m in PIXEL_METRICS for m in metrics) else {}
+    ee, ee_status = run_end_effector(scored, cfg, dataset) if EE_METRIC in metrics else ({}, None)
+    if ee_status and ee_status["status"] != "ok":  # not an error: this dataset does not record the truth
+        metrics = [m for m in metrics if m != EE_METRIC]
     real_warp = {(e.run, e.name): pixels[e.key].get("warp_error_real") for e in scored if e.key in pixels}
     rows = []
     for e in entries:
@@ -568,6 +637,7 @@ def run(cfg: Any) -> dict[str, Any]:
             row["description"] = e.description
         row.update(sampson.get(same[e.key], {}))
         row.update(pixels.get(same[e.key], {}))
+        row.update(ee.get(same[e.key], {}))
         if e.reference and "warp_error" in metrics:
             row["warp_error"] = real_warp.get((e.run, e.name))
         row["status"] = row.get("sampson_status", "ok")
@@ -586,6 +656,7 @@ def run(cfg: Any) -> dict[str, Any]:
                                                   if same[e.key] in sampson}, sampson_metrics),
             "files": {"videos": "videos.jsonl", "csv": "videos.csv"}, "seconds": round(time.time() - t0, 2),
             **({"closed_loop": closed} if closed else {}),
+            **({"end_effector": end_effector_summary(rows, ee_status)} if ee_status else {}),
         }
         write_rows(out, rows, metrics)
         _write_json(out / "results.json", results)

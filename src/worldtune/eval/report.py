@@ -39,6 +39,7 @@ METRIC_TITLES = {"sampson_temporal": "Sampson error, temporal (px)", "sampson_cr
                  "psnr": "PSNR vs real (dB)", "ssim": "SSIM vs real", "dynamic_psnr": "dynamic PSNR vs real (dB)",
                  "motion_iou_spatial": "motion-mask IoU, spatial", "motion_iou_spatiotemporal": "motion-mask IoU, spatiotemporal",
                  "warp_error": "flow-warping error (0-255)",
+                 "ee_track_error": "end-effector track error vs true path (px)",
                  "judge_physics": "Judge: physical plausibility (1-5)", "judge_instruction": "Judge: instruction following (1-5)"}
 
 
@@ -460,6 +461,90 @@ def _views_html(results: dict[str, Any]) -> str:
             f"<table><tr><th>model</th><th>view</th>{head}</tr>{''.join(rows)}</table>")
 
 
+EE_NOTE = ("the gripper found in each exterior view of a video against its true path (the dataset's recorded "
+           "gripper positions through its recorded cameras), median px over the frames after the first, at the clip "
+           "view's size; the real clips' row is the detector's own error (its floor). A frame where the gripper is "
+           "not found keeps the last position found, so a video that loses the arm reads as holding it still")
+
+
+def _end_effector_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(model, view, median px mean ± std, − base per view, found share) per model and exterior view."""
+    ee = results.get("end_effector") or {}
+    out = []
+    for label, m in (ee.get("models") or {}).items():
+        s = results["models"].get(label, {})
+        found = "—" if m.get("found") is None else f"{100 * m['found']:.0f} %"
+        for role, st in m.get("views", {}).items():
+            d = (m.get("views_vs_base") or {}).get(role)
+            out.append((display_name(label, s), role, _fmt(st), delta_text(d) if d else "", found))
+    return out
+
+
+def plot_tracks(rows: Sequence[dict[str, Any]], path: Path, colours: dict[str, str]) -> Path | None:
+    """One input's gripper tracks in each exterior view: the true path, and each video's (seed 0 or the first)."""
+    real = next((r for r in rows if r.get("reference") and r.get("ee_truth")), None)
+    if real is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    roles = sorted(real["ee_truth"])
+    mine = [r for r in rows if r["name"] == real["name"] and r.get("ee_tracks") and r["run"] == real["run"]]
+    seen, videos = set(), []
+    for r in sorted(mine, key=lambda r: (r.get("seed") or 0)):
+        if r["model"] not in seen:
+            seen.add(r["model"])
+            videos.append(r)
+    fig, axes = plt.subplots(1, len(roles), figsize=(4.2 * len(roles), 3.0), dpi=110, squeeze=False)
+    for ax, role in zip(axes[0], roles):
+        h, w = real["ee_view_sizes"][role]
+        t = np.asarray(real["ee_truth"][role])
+        ax.plot(t[:, 0], t[:, 1], "-", color="black", lw=3, alpha=0.35, label="true path")
+        for r in videos:
+            tr = np.asarray((r["ee_tracks"] or {}).get(role) or [])
+            if len(tr):
+                name = "real clip (detected)" if r.get("reference") else r["model"]
+                ax.plot(tr[:, 0], tr[:, 1], ".-", ms=3, lw=1, color=colours.get(r["model"], REFERENCE_COLOUR),
+                        label=name)
+        ax.plot(*t[0], "o", color="black", ms=5)
+        ax.set_xlim(0, w - 1)
+        ax.set_ylim(h - 1, 0)
+        ax.set_aspect("equal")
+        ax.set_title(f"{real['name']} · {role}", fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _end_effector_html(results: dict[str, Any], tracks_png: Path | None) -> str:
+    ee = results.get("end_effector")
+    if not ee:
+        return ""
+    if ee.get("status") != "ok":
+        return f"<h3>End-effector track</h3><div class='note'>Absent: {html.escape(str(ee.get('reason')))}.</div>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in _end_effector_rows(results))
+    img = f"<img src='assets/{tracks_png.name}' alt='gripper tracks'>" if tracks_png else ""
+    return (f"<h3>End-effector track</h3><p>{html.escape(EE_NOTE)}.</p><table><tr><th>model</th><th>view</th>"
+            f"<th>px ↓</th><th>− base</th><th>found</th></tr>{body}</table>{img}")
+
+
+def _end_effector_markdown(results: dict[str, Any], tracks_png: Path | None) -> list[str]:
+    ee = results.get("end_effector")
+    if not ee:
+        return []
+    if ee.get("status") != "ok":
+        return ["## End-effector track", "", f"Absent: {ee.get('reason')}.", ""]
+    lines = ["## End-effector track", "", EE_NOTE + ".", "", "| model | view | px ↓ | − base | found |",
+             "|---|---|---:|---|---:|"]
+    lines += ["| " + " | ".join(row) + " |" for row in _end_effector_rows(results)]
+    return lines + ([""] + ([f"![gripper tracks](assets/{tracks_png.name})", ""] if tracks_png else []))
+
+
 def delta_text(d: dict[str, Any]) -> str:
     """'+0.12 [−0.05, +0.30] win 63 %, n = 8 pairs / 4 inputs'; without an interval the reason in short
     ('(no CI: 2 inputs < 5)'); '— (reason)' when there is no difference at all."""
@@ -559,6 +644,8 @@ def run(cfg: Any) -> dict[str, Any]:
     plots.update({f"{m} (horizon)": plot_curve(rows, m, assets / f"curve_{m}.png", colours) for m in metrics})
     runs = [load_run(r) for r in cfg.runs]
     loss_png = plot_losses(runs, assets / "loss.png")
+    tracks_png = plot_tracks(rows, assets / "ee_tracks.png", colours) if (results.get("end_effector") or {}).get(
+        "status") == "ok" else None
 
     examples = example_rows(rows, cfg.max_examples)
     published: dict[str, str | None] = {}
@@ -597,6 +684,7 @@ def run(cfg: Any) -> dict[str, Any]:
 <p>mean ± std over videos (n = videos with a value). Sampson error in pixels (lower is better; &lt;1 excellent,
 1–3 good, 3–5 fair, &gt;5 poor); a video's Sampson value is its median over frame pairs. Judge scores 1–5.</p>
 {_metrics_table_html(results)}
+{_end_effector_html(results, tracks_png)}
 {_skips_html(results)}
 <h2>Plots</h2>
 <div class="plots">{''.join(f"<img src='assets/{p.name}' alt='{html.escape(m)}'>" for m, p in plots.items() if p)}</div>
@@ -609,9 +697,9 @@ def run(cfg: Any) -> dict[str, Any]:
 </body></html>
 """
     atomic_write_text(out / "report.html", page)
-    atomic_write_text(out / "report.md", markdown_summary(results, runs, plots, loss_png, cfg.title))
+    atomic_write_text(out / "report.md", markdown_summary(results, runs, plots, loss_png, cfg.title, tracks_png))
     written = {"html": str(out / "report.html"), "markdown": str(out / "report.md"),
-               "plots": [str(p) for p in plots.values() if p] + ([str(loss_png)] if loss_png else []),
+               "plots": [str(p) for p in plots.values() if p] + [str(p) for p in (loss_png, tracks_png) if p],
                "videos": sorted(v for v in published.values() if v), "examples": len(examples)}
     from rich.console import Console
 
@@ -621,7 +709,7 @@ def run(cfg: Any) -> dict[str, Any]:
 
 
 def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], plots: dict[str, Path | None],
-                     loss_png: Path | None, title: str) -> str:
+                     loss_png: Path | None, title: str, tracks_png: Path | None = None) -> str:
     """The same table in Markdown, for a PR description or a README."""
     metrics = results["metrics"]
     lower = set(results.get("lower_is_better", []))
@@ -655,6 +743,7 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
         lines += [f"| {label} | " + " | ".join(delta_text(d[m]) for m in metrics) + " |" for label, d in sens]
         lines.append("")
     lines += _closed_loop_markdown(results)
+    lines += _end_effector_markdown(results, tracks_png)
     views = [(display_name(label, s), role, per) for label, s in results["models"].items()
              for role, per in (s.get("views") or {}).items()]
     if views:

@@ -81,7 +81,7 @@ def _cameras_json(eps: list[SyntheticEpisode]) -> dict:
             entry["episodes"] = {
                 str(e.index): {"R": [e.camera(name, i).R.tolist() for i in range(e.length)],
                                "t": [e.camera(name, i).t.tolist() for i in range(e.length)]} for e in eps}
-        elif any(e.style == "hard" for e in eps):  # re-placed every episode, fixed within one
+        elif any(e.style == "hard" or e.rig_jitter for e in eps):  # re-placed every episode, fixed within one
             entry["static"] = True
             entry["episodes"] = {str(e.index): {"R": e.camera(name, 0).R.tolist(), "t": e.camera(name, 0).t.tolist()}
                                  for e in eps}
