@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from worldtune.console import plain
 from worldtune.eval.action_use import SIGMAS, forward_dynamics_losses, trainer_for
 
 SETTINGS = ["--prepare.val_fraction", "0"]  # every clip is trained on and scored: the check asks what was learned
@@ -167,5 +168,8 @@ def overfit_check(out: Path, model: str, paths: int = 4, steps: int = 300, score
         losses = [trainer.train_step()["loss"] for _ in range(trainer.step, mark)]
         check.curve.append((mark, separation(trainer, paths)))
         check.train_loss.append((mark, statistics.fmean(losses)))
+        sep = check.curve[-1][1]
+        plain(f"overfit check: step {mark}/{steps}, train loss {check.train_loss[-1][1]:.4f}, separation "
+              f"{sep.ratio:.4f} (worst clip {sep.min_clip_ratio:.4f}), learned share {sep.learned_share:.3f}")
     check.seconds = time.perf_counter() - t0
     return check

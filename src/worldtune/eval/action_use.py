@@ -27,7 +27,8 @@ SIGMAS = (0.3, 0.6, 0.9)  # noise levels of the comparison: early, middle and la
 def trainer_for(demo: Path, model: str, out: Path, task: str = "forward_dynamics", steps: int = 1,
                 mode: str = "lora", model_path: Path | None = None, overrides: Sequence[str] = ()) -> Trainer:
     """A Trainer of the demo's action recipe on the demo folder's clips (full fine-tunes: batch 8, AdamW 5e-4), of
-    the demo's model folder or `model_path`; it holds the model and the clips the losses are computed on."""
+    the demo's model folder or `model_path`; it holds the model and the clips the losses are computed on.
+    `overrides` (dotted `--section.key value`) win over the recipe, the full fine-tune's settings included."""
     from worldtune.demo import demo_config
     from worldtune.train.trainer import Trainer
 
@@ -36,7 +37,9 @@ def trainer_for(demo: Path, model: str, out: Path, task: str = "forward_dynamics
         cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(model_path)})})
     update = {"out": str(out), "resume": None, "task": task, "steps": steps}
     if mode == "full":
-        update.update(mode="full", batch_size=8, lr=5e-4, warmup=20, val_every=0, log_every=50,
+        named = {o[len("--train."):] for o in overrides if o.startswith("--train.")}
+        full = {"batch_size": 8, "lr": 5e-4, "warmup": 20, "val_every": 0, "log_every": 50}
+        update.update({k: v for k, v in full.items() if k not in named}, mode="full",
                       checkpoint=cfg.train.checkpoint.model_copy(update={"every": 0}))
     return Trainer(cfg.model_copy(update={"train": cfg.train.model_copy(update=update)}))
 
