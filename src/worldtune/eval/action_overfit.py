@@ -74,6 +74,8 @@ class OverfitCheck:
     train_loss: list[tuple[int, float]] = field(default_factory=list)  # mean training loss since the last mark
     seconds: float = 0.0
     device: str = "cpu"
+    lr: float = 0.0
+    batch_size: int = 0
 
     @property
     def after(self) -> Separation:
@@ -85,7 +87,7 @@ class OverfitCheck:
 
     def row(self) -> dict[str, Any]:
         return {"model": self.model, "paths": self.paths, "steps": self.steps, "seconds": round(self.seconds, 1),
-                "device": self.device, "sigmas": list(SIGMAS), "before": self.before.row(),
+                "device": self.device, "lr": self.lr, "batch_size": self.batch_size, "sigmas": list(SIGMAS), "before": self.before.row(),
                 "curve": [{"step": s, "train_loss": l, **sep.row()} for (s, sep), (_, l) in
                           zip(self.curve, self.train_loss)]}
 
@@ -161,7 +163,8 @@ def overfit_check(out: Path, model: str, paths: int = 4, steps: int = 300, score
     if len(trainer.train_set) != paths:
         raise RuntimeError(f"{out}: {len(trainer.train_set)} clips for {paths} paths (one 17-frame clip per episode)")
     check = OverfitCheck(model=model, paths=paths, steps=steps, before=separation(trainer, paths),
-                         device=trainer.dist.device.type)
+                         device=trainer.dist.device.type, lr=trainer.cfg.train.lr,
+                         batch_size=trainer.cfg.train.batch_size)
     t0 = time.perf_counter()
     marks = sorted({*range(score_every, steps, score_every), steps} if score_every else {steps})
     for mark in marks:
