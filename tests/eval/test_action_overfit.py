@@ -25,10 +25,11 @@ MIN_SHARE = 0.2  # of the paths' difference a perfect reader of the actions woul
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory) -> Path:
     """The check's clips, written, prepared and cached once; every check trains its own run on them."""
-    from worldtune.eval.action_overfit import prepare_paths, write_paths
+    from worldtune.eval.action_overfit import prepare_paths, write_model, write_paths
 
     out = tmp_path_factory.mktemp("overfit")
     write_paths(out, MODEL, PATHS)
+    write_model(out, MODEL)
     prepare_paths(out, MODEL, OVERRIDES)
     return out
 

@@ -26,7 +26,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from worldtune.data.video import probe, read_frames
 from worldtune.errors import DatasetError
 from worldtune.names import inside
 
@@ -112,10 +111,14 @@ class LeRobotDataset:
         span = episode.spans.get(key)
         if span is None:
             raise DatasetError(f"{self.root}: episode {episode.index} has no video for camera {key}")
+        from worldtune.data.video import read_frames  # PyAV only where video is read
+
         return read_frames(span.path, indices, span.start_time, span.end_time)
 
     def span_frame_count(self, episode: Episode, key: str) -> tuple[int, float]:
         """(frames, fps) of one camera's span, from the header and timestamps (no decoding)."""
+        from worldtune.data.video import probe
+
         span = episode.spans[key]
         info = probe(span.path)
         if span.start_time is None:
@@ -244,6 +247,8 @@ class LeRobotDataset:
         videos = sorted((self.root / "videos").glob("*.mp4"))
         self.info = {}
         self.tasks = {}
+        from worldtune.data.video import probe
+
         self.episodes = []
         fps = None
         for i, v in enumerate(videos):

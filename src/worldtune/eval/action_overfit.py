@@ -92,22 +92,26 @@ class OverfitCheck:
                           zip(self.curve, self.train_loss)]}
 
 
-def write_paths(out: Path, model: str, paths: int, seed: int = 0, length: int = 17,
-                fresh_transformer: bool = False, transformer: dict[str, Any] | None = None) -> None:
-    """The check's inputs under `out`: a LeRobot dataset of `paths` episodes that share episode 0's layout, rig and
-    start (the model's own camera size and held-out task when it is a seed), one clip each, and the model folder
-    (with `fresh_transformer`, a seed's trained VAE under its transformer's random start: whether a model that never
-    learned to do without its actions learns to read them; `transformer` changes that transformer's config, e.g.
-    `latent_patch_size` so that a token covers fewer pixels, or its size for a check that runs in minutes)."""
-    from worldtune.scene.writer import write_demo_dataset
+def write_paths(out: Path, model: str, paths: int, seed: int = 0, length: int = 17) -> None:
+    """The check's LeRobot dataset under `out`: `paths` episodes that share episode 0's layout, rig and start (the
+    model's own camera size and held-out task when it is a seed), one clip each."""
     from worldtune.demo import demo_data
-    from worldtune.models.build import build_transformer
-    from worldtune.models.load import init_model_dir
-    from worldtune.models.registry import get_spec
+    from worldtune.scene.writer import write_demo_dataset
 
     scene = {**demo_data(model), "episodes": paths, "seed": seed, "length": length, "layout_of": 0,
              "motion": "varied", "workers": 1}
     write_demo_dataset(out / "lerobot", **scene)
+
+
+def write_model(out: Path, model: str, fresh_transformer: bool = False,
+                transformer: dict[str, Any] | None = None) -> None:
+    """The check's model folder `out/model` (with `fresh_transformer`, a seed's trained VAE under its transformer's
+    random start: whether a model that never learned to do without its actions learns to read them; `transformer`
+    changes that transformer's config, e.g. `latent_patch_size` so that a token covers fewer pixels)."""
+    from worldtune.models.build import build_transformer
+    from worldtune.models.load import init_model_dir
+    from worldtune.models.registry import get_spec
+
     init_model_dir(model, out / "model")
     if fresh_transformer:
         spec = get_spec(model)
@@ -154,9 +158,12 @@ def overfit_check(out: Path, model: str, paths: int = 4, steps: int = 300, score
                   transformer: dict[str, Any] | None = None) -> OverfitCheck:
     """Write, prepare and cache the same-start clips (once: a second call reuses them), train the whole generator
     on them for `steps` forward-dynamics steps (the action-use recipe: batch 8, AdamW 5e-4; `overrides` change it)
-    and score the separation before, every `score_every` steps (0: at the end only) and at the end."""
+    and score the separation before, every `score_every` steps (0: at the end only) and at the end. A prepared
+    dataset already in `out/dataset` is used as it is (the cache keys on the VAE, so one serves every transformer)."""
+    if not (out / "model" / "model_index.json").is_file():
+        write_model(out, model, fresh_transformer, transformer)
     if not (out / "dataset" / "manifest.parquet").is_file():
-        write_paths(out, model, paths, fresh_transformer=fresh_transformer, transformer=transformer)
+        write_paths(out, model, paths)
         prepare_paths(out, model, overrides)
     run = out / "runs" / f"overfit_{steps}"
     trainer = trainer_for(out, model, run, "forward_dynamics", steps, mode="full", overrides=[*SETTINGS, *overrides])
