@@ -82,7 +82,9 @@ def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
             for name, pairs in cals.items():
                 base = Reference("ep0", {r: (H, W) for r in FIXED}, set(),
                                  {k: PairReference(F, "calibrated") for k, F in pairs.items()}, K={r: ep.camera(r).K for r in FIXED})
+                cpu = time.process_time()
                 refs[name] = metric.reference(views, "ep0", base=base)
+                row.setdefault("reference_cpu_s", {})[name] = round(time.process_time() - cpu, 2)  # the whole rig reference
                 row["calibration"][name] = {k: {"kept": p.F is not None, "reason": p.reason,
                                                 **{c: p.checks.get(c) for c in ("matches_within_0.5px", "by_chance_within_0.5px",
                                                                                 "matches_fitting_the_clip", "fitting_by_chance",
