@@ -88,7 +88,8 @@ def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
                 row["calibration"][name] = {k: {"kept": p.F is not None, "reason": p.reason,
                                                 **{c: p.checks.get(c) for c in ("matches_within_0.5px", "by_chance_within_0.5px",
                                                                                 "matches_fitting_the_clip", "fitting_by_chance",
-                                                                                "silhouette_median_px", "unverified")}}
+                                                                                "silhouette_median_px", "unverified",
+                                                                                "real_clip_frames_scored")}}
                                             for k, p in refs[name].pairs.items() if k in pairs}
             score = metric.score_views(views, reference=refs["right"])
             clip = score.overall("crossview")

@@ -7,7 +7,8 @@ the epipolar constraint. What makes the number mean something is *which* F and *
 - **cross-view, two fixed cameras**: F is the real rig's (worldtune.eval.rig): from calibrated
   cameras, or estimated once from the real clip of the same input, and used only after the real
   clip has shown it true (SampsonError.reference: disjoint fits agree, the clip scores under it;
-  otherwise `no_reference`, never a self-fit). Each frame's SIFT matches
+  otherwise `no_reference`, never a self-fit). A calibration is dropped only on evidence against
+  it (SampsonError.calibration_evidence): a pair without correct matches is not a wrong calibration. Each frame's SIFT matches
   (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
   averaged, and the frame's value is the median over the rest; a frame with fewer than
