@@ -196,7 +196,9 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
     of four) and each is fitted alone: the two F's must lie within `max_disagreement` px of each
     other over the images (worldtune.eval.epipolar.fundamental_distance). Matches that do not fix F
     (all on one plane: a wall poster, a table top) fit a whole family of F's exactly, with a small
-    held-out error, and two independent fits land on different members of it.
+    held-out error, and two independent fits land on different members of it. Where a half has too
+    few matches only because every frame repeats the same ones (a static rig: each is counted in the
+    half of its first frame), random halves of the matches are fitted instead (split_disagreement).
     """
     m = [matcher.match(fa, fb) for fa, fb in zip(feats_a, feats_b)]
     x0 = np.concatenate([p[0] for p in m]) if m else np.empty((0, 2))

@@ -461,7 +461,8 @@ class SampsonError:
             if len(vals) >= 0.5 * len(steps) and _nanmedian(vals) > SILHOUETTE_AGAINST:
                 return "disagrees", (f"{why}; the moving silhouettes of the real clip lie {_nanmedian(vals):.1f} px "
                                      f"from its epipolar tangents (> {SILHOUETTE_AGAINST} px)"), figures
-        return "unverified", why + ("; frames without matches that agree with it are skipped "
+        return "unverified", why + ("; values scored under it rest on a calibration the real clip could not "
+                                    "check, and frames without matches that agree with it are skipped "
                                     "(`matches_off_reference`)"), figures
 
     def measure_scale(self, views: Mapping[str, np.ndarray], ref: Reference | None,
