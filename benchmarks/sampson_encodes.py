@@ -56,6 +56,50 @@ def reference_mode(views: dict, ep) -> dict:
     return out
 
 
+def _through(frames: np.ndarray, codec: str, crf: int, name: str) -> np.ndarray:
+    """Frames through an encode and back: worldtune's own writer (x264) or SVT-AV1 as LeRobot writes."""
+    from tests.eval.droid_scene import encode
+    from worldtune.data.video import write_video
+    from worldtune.eval.video import read_video
+
+    if codec == "av1":
+        return encode(frames, "av1", crf=crf)
+    with tempfile.TemporaryDirectory() as tmp:
+        return read_video(write_video(Path(tmp) / f"{name}.mp4", frames, 15, crf=crf))[0]
+
+
+def box_reference_mode(crfs: list[int], codec: str, frames: int = 16) -> dict:
+    """Reference mode on a static, textured rig: tests/eval/eval_scene.py's box corner (three textured planes,
+    which fix F) seen by its two exterior cameras and a third, nothing moving, through the same encodes."""
+    from tests.eval.droid_scene import distance_to_truth
+    from tests.eval.eval_scene import exterior_cams, look_at, render
+    from worldtune.eval.epipolar import distinct, fundamental_from_cameras, robust_fundamental
+    from worldtune.eval.sampson import SampsonConfig, SampsonError
+
+    a, b = exterior_cams()
+    cams = {"e1": a, "e2": b, "e3": look_at([0.9, -0.6, 1.3], [-0.3, 1.2, 0.2])}
+    metric = SampsonError(SampsonConfig(geometry="reference"))
+    out: dict = {}
+    for crf in crfs:
+        views = {n: _through(np.stack([render(c)] * frames), codec, crf, f"box_{n}") for n, c in cams.items()}
+        ref = metric.reference(views, "box")
+        matcher = metric.matcher(reference=True)
+        feats = {r: metric.features(v, None, reference=True) for r, v in views.items()}
+        row = {}
+        for key, p in ref.pairs.items():
+            x, y = key.split("|")
+            truth = fundamental_from_cameras(cams[x].K, cams[x].R, cams[x].t, cams[y].K, cams[y].R, cams[y].t)
+            m = [matcher.match(u, v) for u, v in zip(feats[x], feats[y])]
+            x0, x1 = np.concatenate([q[0] for q in m]), np.concatenate([q[1] for q in m])
+            keep = distinct(x0, x1)
+            plain = robust_fundamental(x0[keep], x1[keep], metric.cfg.fit)
+            row[key] = {"accepted": p.F is not None, "reason": p.reason,
+                        "from_truth_px": _round(distance_to_truth(p.F, truth)) if p.F is not None else None,
+                        "unguarded_fit_from_truth_px": _round(distance_to_truth(plain[0], truth)) if plain else None}
+        out[f"{codec}_crf{crf}"] = row
+    return out
+
+
 def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
     from tests.eval.droid_scene import FIXED, H, W, DroidEpisode, encode
     from tests.eval.test_calibration_check import calibrations
@@ -82,11 +126,14 @@ def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
             for name, pairs in cals.items():
                 base = Reference("ep0", {r: (H, W) for r in FIXED}, set(),
                                  {k: PairReference(F, "calibrated") for k, F in pairs.items()}, K={r: ep.camera(r).K for r in FIXED})
+                cpu = time.process_time()
                 refs[name] = metric.reference(views, "ep0", base=base)
+                row.setdefault("reference_cpu_s", {})[name] = round(time.process_time() - cpu, 2)  # the whole rig reference
                 row["calibration"][name] = {k: {"kept": p.F is not None, "reason": p.reason,
                                                 **{c: p.checks.get(c) for c in ("matches_within_0.5px", "by_chance_within_0.5px",
                                                                                 "matches_fitting_the_clip", "fitting_by_chance",
-                                                                                "silhouette_median_px", "unverified")}}
+                                                                                "silhouette_median_px", "unverified",
+                                                                                "real_clip_frames_scored")}}
                                             for k, p in refs[name].pairs.items() if k in pairs}
             score = metric.score_views(views, reference=refs["right"])
             clip = score.overall("crossview")
@@ -137,7 +184,8 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.time()
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or platform.machine(),
-              "frames": args.frames, "codec": args.codec, "encodes": encodes(args.frames, args.crf, args.codec), "wrist_down_mask": wrist_masks()}
+              "frames": args.frames, "codec": args.codec, "encodes": encodes(args.frames, args.crf, args.codec),
+              "box_reference_mode": box_reference_mode(args.crf, args.codec), "wrist_down_mask": wrist_masks()}
     result["seconds"] = round(time.time() - t0, 1)
     text = json.dumps(result, indent=1)
     print(text)

@@ -190,3 +190,20 @@ def test_two_groups_of_per_frame_values_are_flagged():
     assert two_groups([0.3] * 30 + [1.0] * 2) is None  # two odd frames are not a group
     s = SeriesScore("a|b", pair_means=two, pair_medians=two)
     assert s.summary()["bimodal"] == g
+
+
+def test_the_report_says_why_a_pair_has_no_geometry_or_an_unchecked_one():
+    from worldtune.eval.report import _skips_html, markdown_summary
+
+    stat = {"n": 1, "mean": 0.2, "std": 0.0, "median": 0.2, "missing": 0}
+    dropped = {"mode": "calibrated", "available": False, "reason": "calibration disagrees with the real clip: 60 of 81",
+               "checks": {}}
+    unverified = {"mode": "calibrated", "available": True, "reason": None,
+                  "checks": {"unverified": "too few correct matches to check it: 1 of 67"}}
+    results = {"metrics": ["sampson_crossview"], "models": {"base": {"videos": 1, "sampson_crossview": stat}},
+               "rig": {"inputs": {"g/ep0": {"pairs": {"a|b": dropped, "a|c": unverified, "b|c": {"available": True, "checks": {}}}},
+                                  "g/ep1": {"pairs": {"a|b": dropped}}}}}
+    for text in (markdown_summary(results, [], {}, None, "t"), _skips_html(results)):
+        assert "cross-view pair a|b, 2 inputs: no rig geometry (calibrated): calibration disagrees with the real clip" in text
+        assert "cross-view pair a|c, 1 input: calibration kept, unverified: too few correct matches" in text
+        assert "pair b|c" not in text

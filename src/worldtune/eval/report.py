@@ -351,6 +351,22 @@ def floor_text(results: dict[str, Any], metric: str, label: str) -> str:
     return f" (floor {means[0]:.2f} px)" if means else " (floor unknown: no real clip value)"
 
 
+def rig_notes(results: dict[str, Any]) -> list[str]:
+    """Why a fixed pair has no rig geometry (no_reference) or rests on a calibration the real clip could not check,
+    per pair and reason, with the number of inputs it applies to (results.json -> rig -> inputs)."""
+    seen: dict[tuple[str, str], int] = {}
+    for ref in ((results.get("rig") or {}).get("inputs") or {}).values():
+        for pair, p in (ref.get("pairs") or {}).items():
+            if not p.get("available"):
+                why = f"no rig geometry ({p.get('mode')}): {p.get('reason') or 'no reason recorded'}"
+            elif (p.get("checks") or {}).get("unverified"):
+                why = f"calibration kept, unverified: {p['checks']['unverified']}"
+            else:
+                continue
+            seen[pair, why] = seen.get((pair, why), 0) + 1
+    return [f"cross-view pair {pair}, {n} input{'s' if n != 1 else ''}: {why}" for (pair, why), n in sorted(seen.items())]
+
+
 def bimodal_notes(results: dict[str, Any]) -> list[str]:
     """Models whose videos' per-frame Sampson values fall in two groups: their medians jump between encodes."""
     notes = []
@@ -608,7 +624,8 @@ def _skips_html(results: dict[str, Any]) -> str:
                              f"frame pairs skipped {html.escape(json.dumps(k['skip_reasons']))}</li>")
         if s.get("videos_skipped"):
             items.append(f"<li>{html.escape(label)}: {s['videos_skipped']} video(s) could not be scored</li>")
-    notes = "".join(f"<div class='note'>{html.escape(n)}</div>" for n in unmeasured_notes(results) + bimodal_notes(results))
+    notes = "".join(f"<div class='note'>{html.escape(n)}</div>"
+                    for n in unmeasured_notes(results) + bimodal_notes(results) + rig_notes(results))
     return notes + (f"<h3>Skipped</h3><ul>{''.join(items)}</ul>" if items else "")
 
 
@@ -725,7 +742,8 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
     lines += ["", "mean ± std over videos; Sampson error in pixels (a video's value is its median over frame pairs).", ""]
     if DYNAMIC in metrics:
         lines += [DYNAMIC_NOTE + ".", ""]
-    lines += [line for n in unmeasured_notes(results) + bimodal_notes(results) for line in (f"> {n}.", "")]
+    lines += [line for n in unmeasured_notes(results) + bimodal_notes(results) + rig_notes(results)
+              for line in (f"> {n}.", "")]
     if any(s.get("baseline") for s in results["models"].values()):
         lines += [BASELINE_NOTE + ".", ""]
     deltas = [(display_name(label, s), s["vs_base"]) for label, s in results["models"].items() if "vs_base" in s]

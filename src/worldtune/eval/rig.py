@@ -196,7 +196,9 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
     of four) and each is fitted alone: the two F's must lie within `max_disagreement` px of each
     other over the images (worldtune.eval.epipolar.fundamental_distance). Matches that do not fix F
     (all on one plane: a wall poster, a table top) fit a whole family of F's exactly, with a small
-    held-out error, and two independent fits land on different members of it.
+    held-out error, and two independent fits land on different members of it. Where a half has too
+    few matches only because every frame repeats the same ones (a static rig: each is counted in the
+    half of its first frame), random halves of the matches are fitted instead (split_disagreement).
     """
     m = [matcher.match(fa, fb) for fa, fb in zip(feats_a, feats_b)]
     x0 = np.concatenate([p[0] for p in m]) if m else np.empty((0, 2))
@@ -222,14 +224,46 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
     halves = [guarded_fit(x0[block == k], x1[block == k], wh_a, wh_b, half_fit) for k in (0, 1)]
     if not all(h.ok for h in halves):
         why = next(h.reason for h in halves if not h.ok)
-        return PairReference(None, "reference", f"real clip: a fit on half of the frames fails ({why}): the clip "
-                             "cannot show that F is fixed by its matches", f.inliers, err)
+        if why not in STARVED:
+            return PairReference(None, "reference", f"real clip: a fit on half of the frames fails ({why}): the clip "
+                                 "cannot show that F is fixed by its matches", f.inliers, err)
+        # a static scene repeats its matches in every frame: each is counted once, in the half of its first
+        # frame, and the other half is left without them. Split the matches instead of the frames.
+        apart = split_disagreement(x0, x1, wh_a, wh_b, half_fit)
+        checks = {"split_fits_apart_px": round(apart, 3) if np.isfinite(apart) else None}
+        if not apart <= max_disagreement:
+            return PairReference(None, "reference", f"real clip: a fit on half of the frames fails ({why}: its frames "
+                                 f"repeat the other half's matches) and fits on random halves of the matches disagree by "
+                                 f"{apart:.2f} px > {max_disagreement} px (the matches do not fix F)", f.inliers, err, checks)
+        return PairReference(f.F, "reference", None, f.inliers, err, checks)
     apart = fundamental_distance(halves[0].F, halves[1].F, wh_a, wh_b)  # type: ignore[arg-type]
     checks = {"disjoint_fits_apart_px": round(apart, 3) if np.isfinite(apart) else None}
     if not apart <= max_disagreement:
         return PairReference(None, "reference", f"real clip: fits on disjoint frames disagree by {apart:.2f} px > "
                              f"{max_disagreement} px (the matches do not fix F, e.g. all on one plane)", f.inliers, err, checks)
     return PairReference(f.F, "reference", None, f.inliers, err, checks)
+
+
+STARVED = ("too_few_matches", "too_few_inliers")  # a half fit's failures that say it had too few matches, no more
+SPLITS = 5  # random halves of the matches split_disagreement fits
+
+
+def split_disagreement(x0: np.ndarray, x1: np.ndarray, wh_a: tuple[int, int], wh_b: tuple[int, int],
+                       fit: FitSettings, splits: int = SPLITS) -> float:
+    """Median over `splits` seeded random halves of the distinct matches of how far apart (px, over the images)
+    the guarded fits of the two halves lie; a split whose halves cannot both be fitted counts as infinitely apart.
+
+    Matches that fix F give the same F from either half; matches that fix only a family of F's (mostly on one
+    plane) leave each half's fit to its few off-plane points, and the halves land apart. The median over
+    several splits keeps one unlucky split from deciding either way.
+    """
+    out = []
+    for seed in range(splits):
+        half = np.random.default_rng(seed).permutation(len(x0)) < len(x0) // 2
+        fits = [guarded_fit(x0[s], x1[s], wh_a, wh_b, fit) for s in (half, ~half)]
+        out.append(fundamental_distance(fits[0].F, fits[1].F, wh_a, wh_b) if all(h.ok for h in fits)  # type: ignore[arg-type]
+                   else float("inf"))
+    return float(np.median(out)) if out else float("inf")
 
 
 TEXTURE_GRADIENT = 6.0  # camera_fixed_mask: a pixel with a weaker gradient cannot show motion above codec noise

@@ -7,7 +7,8 @@ the epipolar constraint. What makes the number mean something is *which* F and *
 - **cross-view, two fixed cameras**: F is the real rig's (worldtune.eval.rig): from calibrated
   cameras, or estimated once from the real clip of the same input, and used only after the real
   clip has shown it true (SampsonError.reference: disjoint fits agree, the clip scores under it;
-  otherwise `no_reference`, never a self-fit). Each frame's SIFT matches
+  otherwise `no_reference`, never a self-fit). A calibration is dropped only on evidence against
+  it (SampsonError.calibration_evidence): a pair without correct matches is not a wrong calibration. Each frame's SIFT matches
   (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
   averaged, and the frame's value is the median over the rest; a frame with fewer than
@@ -255,6 +256,27 @@ def two_groups(values: Sequence[float], min_share: float = 0.2, min_gap: float =
     return None
 
 
+def match_evidence(F: np.ndarray, fa: Sequence[Features], fb: Sequence[Features], matcher: SiftMatcher,
+                   fit: FitSettings) -> dict[str, Any]:
+    """What a clip's matches, pooled over its frames (each distinct one once), say about an F: how many lie
+    within `TIGHT` px of its lines and how many chance puts there (the matches re-paired at random, averaged
+    over `CHANCE_DRAWS`); how many a robust fit to them puts within `TIGHT` px, and the most a robust fit to
+    re-paired matches does (over `FIT_CHANCE_DRAWS`). Keys as in results.json's rig checks."""
+    m = [matcher.match(a, b) for a, b in zip(fa, fb)]
+    x0 = np.concatenate([p[0] for p in m]) if m else np.empty((0, 2))
+    x1 = np.concatenate([p[1] for p in m]) if m else np.empty((0, 2))
+    keep = distinct(x0, x1)
+    x0, x1 = x0[keep], x1[keep]
+    rng = np.random.default_rng(0)
+    chance = float(np.mean([(sampson_distance(F, x0, x1[rng.permutation(len(x1))]) <= TIGHT).sum()
+                            for _ in range(CHANCE_DRAWS)])) if len(x0) else 0.0
+    shuffled = [x1[rng.permutation(len(x1))] for _ in range(FIT_CHANCE_DRAWS)]
+    return {"clip_matches": int(len(x0)), "matches_within_0.5px": int((sampson_distance(F, x0, x1) <= TIGHT).sum()),
+            "by_chance_within_0.5px": round(chance, 2),
+            "matches_fitting_the_clip": _within(robust_fundamental(x0, x1, fit), x0, x1, TIGHT),
+            "fitting_by_chance": max((_within(robust_fundamental(x0, y, fit), x0, y, TIGHT) for y in shuffled), default=0)}
+
+
 def _within(fit: tuple[np.ndarray, np.ndarray] | None, x0: np.ndarray, x1: np.ndarray, px: float) -> int:
     """How many matches lie within `px` of a fitted F's epipolar lines (0 without a fit)."""
     return int((sampson_distance(fit[0], x0, x1) <= px).sum()) if fit is not None else 0
@@ -427,30 +449,16 @@ class SampsonError:
           (worldtune.eval.silhouettes) under F; their median beyond `SILHOUETTE_AGAINST` px on most
           frames is evidence against, else the calibration is kept, marked unverified, with the reason.
         """
-        m = [matcher.match(a, b) for a, b in zip(fa, fb)]
-        x0 = np.concatenate([p[0] for p in m]) if m else np.empty((0, 2))
-        x1 = np.concatenate([p[1] for p in m]) if m else np.empty((0, 2))
-        keep = distinct(x0, x1)
-        x0, x1 = x0[keep], x1[keep]
-        d = sampson_distance(F, x0, x1)
-        k_tight = int((d <= TIGHT).sum())
-        rng = np.random.default_rng(0)
-        chance = float(np.mean([(sampson_distance(F, x0, x1[rng.permutation(len(x1))]) <= TIGHT).sum()
-                                for _ in range(CHANCE_DRAWS)])) if len(x0) else 0.0
+        figures = match_evidence(F, fa, fb, matcher, self.cfg.fit)
+        k_tight, chance = figures["matches_within_0.5px"], figures["by_chance_within_0.5px"]
+        fitted, fitted_chance, n = figures["matches_fitting_the_clip"], figures["fitting_by_chance"], figures["clip_matches"]
         p_for = poisson_tail(k_tight, chance)
-        fitted = _within(robust_fundamental(x0, x1, self.cfg.fit), x0, x1, TIGHT)
-        # what a robust fit finds in matches without any geometry: the same points re-paired at random
-        shuffled = [x1[rng.permutation(len(x1))] for _ in range(FIT_CHANCE_DRAWS)]
-        fitted_chance = max((_within(robust_fundamental(x0, y, self.cfg.fit), x0, y, TIGHT) for y in shuffled), default=0)
-        figures: dict[str, Any] = {"clip_matches": int(len(x0)), "matches_within_0.5px": k_tight,
-                                   "by_chance_within_0.5px": round(chance, 2), "matches_fitting_the_clip": fitted,
-                                   "fitting_by_chance": fitted_chance}
         if k_tight >= 3 and p_for < CHANCE_P:
             return "agrees", "", figures
         if fitted >= self.cfg.min_inliers + fitted_chance and k_tight < 0.5 * fitted:
-            return "disagrees", (f"{fitted} of its {len(x0)} distinct matches fit one geometry ({fitted_chance} when "
+            return "disagrees", (f"{fitted} of its {n} distinct matches fit one geometry ({fitted_chance} when "
                                  f"re-paired at random), {k_tight} the calibration (within {TIGHT} px)"), figures
-        why = (f"too few correct matches to check it: {k_tight} of {len(x0)} distinct matches lie within {TIGHT} px of its "
+        why = (f"too few correct matches to check it: {k_tight} of {n} distinct matches lie within {TIGHT} px of its "
                f"epipolar lines, {chance:.1f} by chance")
         if frames is not None:
             steps = list(self._frames(min(len(frames[0]), len(frames[1]))))
@@ -460,7 +468,8 @@ class SampsonError:
             if len(vals) >= 0.5 * len(steps) and _nanmedian(vals) > SILHOUETTE_AGAINST:
                 return "disagrees", (f"{why}; the moving silhouettes of the real clip lie {_nanmedian(vals):.1f} px "
                                      f"from its epipolar tangents (> {SILHOUETTE_AGAINST} px)"), figures
-        return "unverified", why + ("; frames without matches that agree with it are skipped "
+        return "unverified", why + ("; values scored under it rest on a calibration the real clip could not "
+                                    "check, and frames without matches that agree with it are skipped "
                                     "(`matches_off_reference`)"), figures
 
     def measure_scale(self, views: Mapping[str, np.ndarray], ref: Reference | None,
