@@ -19,7 +19,8 @@ import tests.eval.droid_scene as scene
 from tests.eval.droid_scene import FIXED, H, NARROW, W, WIDE, DroidEpisode
 from worldtune.eval.epipolar import fundamental_from_cameras
 from worldtune.eval.rig import PairReference, Reference
-from worldtune.eval.sampson import SampsonError, poisson_tail
+from worldtune.eval.calibration_check import poisson_tail
+from worldtune.eval.sampson import SampsonError
 
 FRAMES = 32
 
