@@ -113,3 +113,69 @@ def one_line_error(p: subprocess.CompletedProcess) -> str:
 
 
 from tests.infer.conftest import adapter_dir, tiny_pipe  # noqa: E402,F401  (shared fixtures)
+
+
+# Runs `worldtune ARGS` once per phase, side by side, each in its own process with MODULE.NAME patched to signal
+# that process on its first call, then to run as usual: the signal lands at that instant, as a scheduler's would
+# (no MODULE: the signal comes once the run has returned, while the process exits).
+# The heavy imports happen once, before the processes fork (no torch computation has run yet, so forking is safe):
+# each run then costs its own work only. Prints {log file: exit code}. `{imports}`: the modules to import first.
+_SIGNAL_AT = r"""
+import importlib, json, os, signal, sys, traceback
+import worldtune.cli
+{imports}
+
+def signal_first(owner, attr, signame):
+    raw = vars(owner)[attr]
+    func = raw.__func__ if isinstance(raw, staticmethod) else raw
+    fired = []
+    def wrapper(*a, **k):
+        if not fired:
+            fired.append(True)
+            os.kill(os.getpid(), getattr(signal, signame))
+        return func(*a, **k)
+    setattr(owner, attr, staticmethod(wrapper) if isinstance(raw, staticmethod) else wrapper)
+
+def run(module, name, signame, log, args):
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    code = 1
+    try:
+        if module:
+            owner = importlib.import_module(module)
+            *parents, attr = name.split(".")
+            for parent in parents:
+                owner = getattr(owner, parent)
+            signal_first(owner, attr, signame)
+        sys.argv = ["worldtune", *args]
+        code = worldtune.cli.main()  # as the installed program runs it
+        if not module:
+            os.kill(os.getpid(), getattr(signal, signame))
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+children = {}
+for module, name, signame, log, args in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        run(module, name, signame, log, args)
+    children[pid] = log
+print(json.dumps({log: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid, log in children.items()}))
+"""
+
+
+def signal_runs(runs: list[tuple], imports: str) -> dict[str, int]:
+    """Exit code per log file of `worldtune` runs, each (module, name, signal, log, args), forked side by side after
+    `imports` (Python import lines) from one process as `_SIGNAL_AT` describes."""
+    import json
+
+    script = _SIGNAL_AT.replace("{imports}", imports)
+    p = subprocess.run([sys.executable, "-c", script, json.dumps(runs)], capture_output=True, text=True, timeout=600,
+                       env={**env(), "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.splitlines()[-1])

@@ -116,50 +116,6 @@ def test_a_stop_signal_saves_a_checkpoint_and_exits_42(demo3, tmp_path, monkeypa
     assert summary["steps"] == 8
 
 
-# Runs `worldtune idm train ARGS` once per phase, as the installed program does, each in a process of its own with
-# MODULE.NAME patched to signal that process on its first call: the signal lands at that instant, as a scheduler's
-# would. The heavy imports happen once, before the processes fork. Prints {log file: exit code}.
-SIGNAL_IN = r"""
-import importlib, json, os, signal, sys, traceback
-import torch, worldtune.cli, worldtune.idm.train  # noqa: F401 (imported once, before the forks)
-
-def run(module, name, signame, log, args):
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    code = 1
-    try:
-        owner = importlib.import_module(module)
-        *parents, attr = name.split(".")
-        for parent in parents:
-            owner = getattr(owner, parent)
-        func, fired = getattr(owner, attr), []
-
-        def wrapper(*a, **k):
-            if not fired:
-                fired.append(True)
-                os.kill(os.getpid(), getattr(signal, signame))
-            return func(*a, **k)
-
-        setattr(owner, attr, wrapper)
-        sys.argv = ["worldtune", *args]
-        code = worldtune.cli.main()
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-children = {}
-for module, name, signame, log, args in json.loads(sys.argv[1]):
-    pid = os.fork()
-    if pid == 0:
-        run(module, name, signame, log, args)
-    children[pid] = log
-print(json.dumps({log: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid, log in children.items()}))
-"""
-
 # phase -> (module, what the signal lands in, signal): all after the last of 4 training steps
 LATE = {
     "last save": ("worldtune.idm.train", "IdmTrainer.save", "SIGTERM"),
@@ -172,10 +128,7 @@ LATE_RUN = ("--idm.steps", "4", "--idm.checkpoint.every", "100")
 @pytest.fixture(scope="module")
 def stopped_late(demo3, tmp_path_factory) -> dict[str, tuple[Path, int, str]]:
     """Each phase's run folder, exit code and output."""
-    import subprocess
-    import sys
-
-    from tests.faults.conftest import env
+    from tests.faults.conftest import signal_runs
 
     root = tmp_path_factory.mktemp("idm_late")
     runs, outs = [], {}
@@ -183,10 +136,7 @@ def stopped_late(demo3, tmp_path_factory) -> dict[str, tuple[Path, int, str]]:
         out = outs[phase] = root / phase.replace(" ", "_")
         args = ["idm", "train", "--idm.dataset", str(demo3), "--idm.out", str(out), *IDM, *LATE_RUN]
         runs.append((module, name, signame, str(root / f"{out.name}.log"), args))
-    p = subprocess.run([sys.executable, "-c", SIGNAL_IN, json.dumps(runs)], capture_output=True, text=True,
-                       timeout=600, env={**env(), "OMP_NUM_THREADS": "1"})
-    assert p.returncode == 0, p.stderr[-3000:]
-    codes = json.loads(p.stdout.splitlines()[-1])
+    codes = signal_runs(runs, "import torch, worldtune.cli, worldtune.idm.train")
     return {phase: (outs[phase], codes[log], Path(log).read_text()) for phase, (*_, log, _) in zip(outs, runs)}
 
 

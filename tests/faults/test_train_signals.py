@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,59 +14,11 @@ from worldtune.atomic import atomic_write_json, atomic_write_jsonl, read_jsonl
 from worldtune.train.checkpoint import CheckpointManager
 from worldtune.train.trainer import REQUEUE_EXIT_CODE
 
-from .conftest import RUN3, env
+from .conftest import RUN3, signal_runs
 
-# Runs `worldtune ARGS` once per phase, side by side, each in its own process with MODULE.NAME patched to signal
-# that process on its first call, then to run as usual: the signal lands at that instant, as a scheduler's would
-# (no MODULE: the signal comes once the run has returned, while the process exits).
-# The heavy imports happen once, before the processes fork (no torch computation has run yet, so forking is safe):
-# each run then costs its own work only. Prints {log file: exit code}.
-SIGNAL_AT = r"""
-import json, os, signal, sys, traceback
-import diffusers.models.transformers, peft, torch._dynamo  # noqa: F401 (imported once, before the forks)
-import worldtune.cli, worldtune.models.load, worldtune.train.curves, worldtune.train.trainer  # noqa: F401
-
-def signal_first(owner, attr, signame):
-    raw = vars(owner)[attr]
-    func = raw.__func__ if isinstance(raw, staticmethod) else raw
-    fired = []
-    def wrapper(*a, **k):
-        if not fired:
-            fired.append(True)
-            os.kill(os.getpid(), getattr(signal, signame))
-        return func(*a, **k)
-    setattr(owner, attr, staticmethod(wrapper) if isinstance(raw, staticmethod) else wrapper)
-
-def run(module, name, signame, log, args):
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    code = 1
-    try:
-        if module:
-            owner = sys.modules[module]
-            *parents, attr = name.split(".")
-            for parent in parents:
-                owner = getattr(owner, parent)
-            signal_first(owner, attr, signame)
-        sys.argv = ["worldtune", *args]
-        code = worldtune.cli.main()  # as the installed program runs it
-        if not module:
-            os.kill(os.getpid(), getattr(signal, signame))
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-children = {}
-for module, name, signame, log, args in json.loads(sys.argv[1]):
-    pid = os.fork()
-    if pid == 0:
-        run(module, name, signame, log, args)
-    children[pid] = log
-print(json.dumps({log: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid, log in children.items()}))
+TRAIN_IMPORTS = """  # imported once, before the forks (no torch computation has run yet)
+import diffusers.models.transformers, peft, torch._dynamo
+import worldtune.cli, worldtune.models.load, worldtune.train.curves, worldtune.train.trainer
 """
 
 # phase -> (module, function the signal lands in, signal, newest checkpoint step afterwards). The run resumes from
@@ -110,10 +60,7 @@ def stopped(run3, tiny_model_dir, cached_dataset, tmp_path_factory) -> dict[str,
         out = outs[phase] = _killed_while_saving_step_2(run3, root / phase.replace(" ", "_"))
         args = ["train", *train_args(tiny_model_dir, cached_dataset, out, *RUN3, "--train.resume", "auto")]
         runs.append((module, name, signame, str(root / f"{out.name}.log"), args))
-    p = subprocess.run([sys.executable, "-c", SIGNAL_AT, json.dumps(runs)], capture_output=True, text=True,
-                       timeout=600, env={**env(), "OMP_NUM_THREADS": "1"})
-    assert p.returncode == 0, p.stderr[-3000:]
-    codes = json.loads(p.stdout.splitlines()[-1])
+    codes = signal_runs(runs, TRAIN_IMPORTS)
     return {phase: (outs[phase], codes[log], Path(log).read_text()) for phase, (*_, log, _) in zip(outs, runs)}
 
 

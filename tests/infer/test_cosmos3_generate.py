@@ -135,6 +135,18 @@ def test_generation_equals_the_plain_pipeline_call(pipe, plain, mode, monkeypatc
         assert np.abs(other.astype(np.int16) - ours).mean() > 0.25  # the seed matters
 
 
+def assert_image2world_equal(pipe, plain) -> None:
+    """worldtune's image-to-world videos of `pipe` equal a plain pipeline call's frames bit for bit, seeds 5-7."""
+    family = family_of(get_spec("tiny-cosmos3"))
+    for seed in (5, 6, 7):
+        image = random_frames(1, H, W, seed=seed - 1)
+        ours = generate_video(pipe, family, _settings("image2world"), image, PROMPT, None, None, seed=seed)
+        direct = plain(PROMPT, image=Image.fromarray(image[0]), num_frames=F, height=H, width=W, fps=FPS,
+                       num_inference_steps=STEPS, guidance_scale=GUIDANCE,
+                       generator=torch.Generator().manual_seed(seed), output_type="np").video
+        np.testing.assert_array_equal(ours, to_uint8(direct), err_msg=f"seed {seed}")
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_pytorch_kernel_switch_gives_the_plain_pipeline_frames_bit_for_bit(model_dir, plain, monkeypatch):
     """`WORLDTUNE_CPU_CONV3D=pytorch` leaves the VAE's 3-D convolutions on PyTorch's own kernel choice, as a plain
@@ -147,14 +159,7 @@ def test_pytorch_kernel_switch_gives_the_plain_pipeline_frames_bit_for_bit(model
     monkeypatch.setenv("WORLDTUNE_CPU_CONV3D", "pytorch")
     pipe, _ = load_pipeline(str(model_dir), dtype="fp32")
     pipe.set_progress_bar_config(disable=True)
-    family = family_of(get_spec("tiny-cosmos3"))
-    for seed in (5, 6, 7):
-        image = random_frames(1, H, W, seed=seed - 1)
-        ours = generate_video(pipe, family, _settings("image2world"), image, PROMPT, None, None, seed=seed)
-        direct = plain(PROMPT, image=Image.fromarray(image[0]), num_frames=F, height=H, width=W, fps=FPS,
-                       num_inference_steps=STEPS, guidance_scale=GUIDANCE,
-                       generator=torch.Generator().manual_seed(seed), output_type="np").video
-        np.testing.assert_array_equal(ours, to_uint8(direct), err_msg=f"seed {seed}")
+    assert_image2world_equal(pipe, plain)
 
 
 def test_a_plain_pipeline_with_worldtunes_kernels_gives_worldtunes_frames(pipe, model_dir):
@@ -164,14 +169,7 @@ def test_a_plain_pipeline_with_worldtunes_kernels_gives_worldtunes_frames(pipe, 
     routed = Cosmos3OmniPipeline.from_pretrained(model_dir)
     routed.set_progress_bar_config(disable=True)
     route_conv3d_to_onednn(routed.vae)
-    family = family_of(get_spec("tiny-cosmos3"))
-    for seed in (5, 6, 7):
-        image = random_frames(1, H, W, seed=seed - 1)
-        ours = generate_video(pipe, family, _settings("image2world"), image, PROMPT, None, None, seed=seed)
-        direct = routed(PROMPT, image=Image.fromarray(image[0]), num_frames=F, height=H, width=W, fps=FPS,
-                        num_inference_steps=STEPS, guidance_scale=GUIDANCE,
-                        generator=torch.Generator().manual_seed(seed), output_type="np").video
-        np.testing.assert_array_equal(ours, to_uint8(direct), err_msg=f"seed {seed}")
+    assert_image2world_equal(pipe, routed)
 
 
 # ------------------------------------------------------------------------------------------- end to end
