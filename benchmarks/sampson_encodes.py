@@ -33,13 +33,18 @@ def _round(x: float) -> float | None:
 def reference_mode(views: dict, ep) -> dict:
     """Reference mode (F estimated from the real clip): per fixed pair, accepted or declined, and how far
     the estimate lies from the true F over the images (accepted or not, when a fit exists)."""
+    return _reference_pairs(views, "ep0", lambda a, b: ep.F(a, b), with_inliers=True)
+
+
+def _reference_pairs(views: dict, name: str, truth, with_inliers: bool = False) -> dict:
+    """Per pair of a reference built from `views`: accepted or declined (and why), and how far the accepted
+    estimate and the unguarded robust fit to the pooled distinct matches lie from `truth(a, b)`."""
     from tests.eval.droid_scene import distance_to_truth
+    from worldtune.eval.epipolar import distinct, robust_fundamental
     from worldtune.eval.sampson import SampsonConfig, SampsonError
 
-    from worldtune.eval.epipolar import distinct, robust_fundamental
-
     metric = SampsonError(SampsonConfig(geometry="reference"))
-    ref = metric.reference(views, "ep0")
+    ref = metric.reference(views, name)
     matcher = metric.matcher(reference=True)
     feats = {r: metric.features(v, None, reference=True) for r, v in views.items()}
     out = {}
@@ -49,10 +54,11 @@ def reference_mode(views: dict, ep) -> dict:
         x0, x1 = np.concatenate([q[0] for q in m]), np.concatenate([q[1] for q in m])
         keep = distinct(x0, x1)
         plain = robust_fundamental(x0[keep], x1[keep], metric.cfg.fit)  # the estimate before any guard
-        truth = ep.F(a, b)
-        out[key] = {"accepted": p.F is not None, "reason": p.reason, "inliers": p.inliers,
-                    "from_truth_px": _round(distance_to_truth(p.F, truth)) if p.F is not None else None,
-                    "unguarded_fit_from_truth_px": _round(distance_to_truth(plain[0], truth)) if plain else None}
+        F = truth(a, b)
+        out[key] = {"accepted": p.F is not None, "reason": p.reason,
+                    **({"inliers": p.inliers} if with_inliers else {}),
+                    "from_truth_px": _round(distance_to_truth(p.F, F)) if p.F is not None else None,
+                    "unguarded_fit_from_truth_px": _round(distance_to_truth(plain[0], F)) if plain else None}
     return out
 
 
@@ -71,32 +77,19 @@ def _through(frames: np.ndarray, codec: str, crf: int, name: str) -> np.ndarray:
 def box_reference_mode(crfs: list[int], codec: str, frames: int = 16) -> dict:
     """Reference mode on a static, textured rig: tests/eval/eval_scene.py's box corner (three textured planes,
     which fix F) seen by its two exterior cameras and a third, nothing moving, through the same encodes."""
-    from tests.eval.droid_scene import distance_to_truth
     from tests.eval.eval_scene import exterior_cams, look_at, render
-    from worldtune.eval.epipolar import distinct, fundamental_from_cameras, robust_fundamental
-    from worldtune.eval.sampson import SampsonConfig, SampsonError
+    from worldtune.eval.epipolar import fundamental_from_cameras
 
     a, b = exterior_cams()
     cams = {"e1": a, "e2": b, "e3": look_at([0.9, -0.6, 1.3], [-0.3, 1.2, 0.2])}
-    metric = SampsonError(SampsonConfig(geometry="reference"))
+
+    def truth(x: str, y: str) -> np.ndarray:
+        return fundamental_from_cameras(cams[x].K, cams[x].R, cams[x].t, cams[y].K, cams[y].R, cams[y].t)
+
     out: dict = {}
     for crf in crfs:
         views = {n: _through(np.stack([render(c)] * frames), codec, crf, f"box_{n}") for n, c in cams.items()}
-        ref = metric.reference(views, "box")
-        matcher = metric.matcher(reference=True)
-        feats = {r: metric.features(v, None, reference=True) for r, v in views.items()}
-        row = {}
-        for key, p in ref.pairs.items():
-            x, y = key.split("|")
-            truth = fundamental_from_cameras(cams[x].K, cams[x].R, cams[x].t, cams[y].K, cams[y].R, cams[y].t)
-            m = [matcher.match(u, v) for u, v in zip(feats[x], feats[y])]
-            x0, x1 = np.concatenate([q[0] for q in m]), np.concatenate([q[1] for q in m])
-            keep = distinct(x0, x1)
-            plain = robust_fundamental(x0[keep], x1[keep], metric.cfg.fit)
-            row[key] = {"accepted": p.F is not None, "reason": p.reason,
-                        "from_truth_px": _round(distance_to_truth(p.F, truth)) if p.F is not None else None,
-                        "unguarded_fit_from_truth_px": _round(distance_to_truth(plain[0], truth)) if plain else None}
-        out[f"{codec}_crf{crf}"] = row
+        out[f"{codec}_crf{crf}"] = _reference_pairs(views, "box", truth)
     return out
 
 
