@@ -4,8 +4,8 @@ actions on a few clips that differ only in the arm's path?
     .venv/bin/python benchmarks/action_overfit.py --model seed-cosmos3 --steps 300 --score-every 100
     python3 benchmarks/action_overfit.py --model seed-cosmos3 --steps 2000 --score-every 250 --json OUT.json  (GPU)
 
-Prints the separation (loss under the other clips' chunks / under the clip's own) before training and at each scoring
-step, and writes them, with the training loss and the time, to benchmarks/results/action_overfit.json (or --json).
+Prints the separation (loss under the other clips' chunks / under the clip's own) at each scoring step and from start to
+end, and writes them, with the training loss and the time, to benchmarks/results/action_overfit.json (or --json).
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="action_overfit_"))
     check = overfit_check(work, args.model, args.paths, args.steps, args.score_every, overrides,
                           args.fresh_transformer, args.transformer)
-    print(f"{args.model}: before ratio {check.before.ratio:.4f}, learned share {check.before.learned_share:.3f}")
-    for (step, sep), (_, loss) in zip(check.curve, check.train_loss):
-        print(f"step {step}: train loss {loss:.4f}, own {sum(sep.own) / len(sep.own):.4f}, "
-              f"ratio {sep.ratio:.4f} (worst clip {sep.min_clip_ratio:.4f}), learned share {sep.learned_share:.3f}")
+    print(f"{args.model}: separation {check.before.ratio:.4f} -> {check.after.ratio:.4f} (worst clip "
+          f"{check.after.min_clip_ratio:.4f}), learned share {check.before.learned_share:.4f} -> "
+          f"{check.after.learned_share:.4f} in {check.steps} steps, {check.seconds:.0f} s")
     row = {**check.row(), "fresh_transformer": args.fresh_transformer, "transformer": args.transformer, "overrides": overrides,
            "machine": platform.node(), "processor": platform.processor(),
            "date": time.strftime("%Y-%m-%d")}

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from worldtune.console import plain
+from worldtune.errors import EvaluationError
 from worldtune.eval.action_use import SIGMAS, forward_dynamics_losses, trainer_for
 
 SETTINGS = ["--prepare.val_fraction", "0"]  # every clip is trained on and scored: the check asks what was learned
@@ -144,13 +145,14 @@ def oracle_gaps(trainer, sigmas: Sequence[float] = SIGMAS) -> list[float]:
             for i, a in enumerate(x0)]
 
 
-def separation(trainer, paths: int) -> Separation:
-    """Each clip's loss under its own chunk and, averaged, under the other `paths - 1` clips' chunks."""
+def separation(trainer, paths: int, oracle: list[float]) -> Separation:
+    """Each clip's loss under its own chunk and, averaged, under the other `paths - 1` clips' chunks (`oracle`: the
+    clips' `oracle_gaps`, fixed by their latents)."""
     offsets = tuple(range(1, paths))
     rows = forward_dynamics_losses(trainer, offsets=offsets)
     names = ["other" if k == 1 else f"other_{k}" for k in offsets]
     other = [statistics.fmean(rows[n][i] for n in names) for i in range(len(rows["own"]))]
-    return Separation(own=rows["own"], other=other, oracle=oracle_gaps(trainer))
+    return Separation(own=rows["own"], other=other, oracle=oracle)
 
 
 def overfit_check(out: Path, model: str, paths: int = 4, steps: int = 300, score_every: int = 0,
@@ -168,15 +170,17 @@ def overfit_check(out: Path, model: str, paths: int = 4, steps: int = 300, score
     run = out / "runs" / f"overfit_{steps}"
     trainer = trainer_for(out, model, run, "forward_dynamics", steps, mode="full", overrides=[*SETTINGS, *overrides])
     if len(trainer.train_set) != paths:
-        raise RuntimeError(f"{out}: {len(trainer.train_set)} clips for {paths} paths (one 17-frame clip per episode)")
-    check = OverfitCheck(model=model, paths=paths, steps=steps, before=separation(trainer, paths),
+        raise EvaluationError(f"{out / 'dataset'} holds {len(trainer.train_set)} clips for {paths} paths (one 17-frame "
+                              f"clip per episode): delete the folder so that the check writes its own clips")
+    oracle = oracle_gaps(trainer)
+    check = OverfitCheck(model=model, paths=paths, steps=steps, before=separation(trainer, paths, oracle),
                          device=trainer.dist.device.type, lr=trainer.cfg.train.lr,
                          batch_size=trainer.cfg.train.batch_size)
     t0 = time.perf_counter()
     marks = sorted({*range(score_every, steps, score_every), steps} if score_every else {steps})
     for mark in marks:
         losses = [trainer.train_step()["loss"] for _ in range(trainer.step, mark)]
-        check.curve.append((mark, separation(trainer, paths)))
+        check.curve.append((mark, separation(trainer, paths, oracle)))
         check.train_loss.append((mark, statistics.fmean(losses)))
         sep = check.curve[-1][1]
         plain(f"overfit check: step {mark}/{steps}, train loss {check.train_loss[-1][1]:.4f}, separation "
