@@ -84,9 +84,13 @@ def test_decoder_only_keeps_every_latent_and_learns(small_clips, tmp_path, one_t
     with torch.no_grad():
         torch.testing.assert_close(after.encode(x).latent_dist.mode(), before.encode(x).latent_dist.mode(),
                                    rtol=0, atol=0)
-    rows = [json.loads(r) for r in (tmp_path / "dec" / "metrics.jsonl").read_text().splitlines()]
-    losses = [r["loss"] for r in rows if "loss" in r]
-    assert sum(losses[-3:]) / 3 < 0.9 * losses[0], losses
+        # learned: the round trip of every training clip is closer after than before (a fixed set, not one
+        # random batch's loss, so the check does not hang on which windows the first step drew)
+        clips = to_pixels(torch.stack([c[:5] for c in load_clips(small_clips, "train")]))
+        latents = before.encode(clips).latent_dist.mode()
+        err_before = (before.decode(latents).sample - clips).pow(2).mean()
+        err_after = (after.decode(latents).sample - clips).pow(2).mean()
+    assert err_after < 0.9 * err_before, (float(err_after), float(err_before))
 
 
 def test_chunk_psnr_pools_each_latent_frame_over_clips():
