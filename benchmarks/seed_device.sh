@@ -11,14 +11,19 @@
 #
 #   WAIT=560 BUDGET=1450 bash benchmarks/seed_device.sh      (NAME defaults to seed-cosmos3)
 #
-# A finished autoencoder is taken from benchmarks/results/NAME/ (run.json, curves, vae/config.json) with the
-# seed's shipped VAE weights, when there are both.
+# Recipes of two seeds may run side by side (NAME=seed-predict2.5 ... & NAME=seed-cosmos3 ...): each has its own
+# work folder, detached process and snapshot folder $OUT/NAME. STOP_AFTER=autoencoder ends a recipe after that step.
+# With REUSE_VAE=1 a finished autoencoder is taken from benchmarks/results/NAME/ (run.json, curves,
+# vae/config.json) with the seed's shipped VAE weights (or seedinit's), instead of training one.
+# The snapshot also holds vae/: the newest VAE of this run (fp16, with its config, run.json and curves).
 set -u
 T0=$(date +%s)
 NAME=${NAME:-seed-cosmos3}
 read -ra EXTRA <<<"${EXTRA_ARGS:-}"  # more --section.key VALUE overrides of the recipe
-W=${W:-/tmp/seedwork}  # outside the checkout: a warm machine keeps it between calls
-OUT=${OUT:-/tmp/seed-out}
+W=${W:-/tmp/seedwork-$NAME}  # outside the checkout: a warm machine keeps it between calls
+OUT=${OUT:-/tmp/seed-out}/$NAME
+STOP=()
+[ -n "${STOP_AFTER:-}" ] && STOP=(--stop-after "$STOP_AFTER")
 mkdir -p "$OUT" "$W"
 source "$(dirname "$0")/device_env.sh" || exit 1
 [ -f seedinit/vae.safetensors.xz ] && mkdir -p "src/worldtune/seeds/$NAME" \
@@ -26,7 +31,8 @@ source "$(dirname "$0")/device_env.sh" || exit 1
 [ -f seedinit/transformer.safetensors.xz ] && xz -dc seedinit/transformer.safetensors.xz >seedinit/transformer.safetensors
 
 recipe() {  # the detached part
-  local args=(seed "$NAME" --out "$W" --ship "$W/ship" --budget-s "$BUDGET" --train.checkpoint.every 250 "${EXTRA[@]}")
+  local args=(seed "$NAME" --out "$W" --ship "$W/ship" --budget-s "$BUDGET" --train.checkpoint.every 250
+              --autoencoder.checkpoint_every 250 "${STOP[@]}" "${EXTRA[@]}")
   if [ -f seedinit/transformer.safetensors ] && [ ! -d "$W/runs/transformer" ]; then
     python3 -m worldtune.cli seed "$NAME" --out "$W" --stop-after model || return
     python3 - "$W/model/transformer" seedinit/transformer.safetensors <<'EOF'
@@ -47,8 +53,9 @@ EOF
 }
 
 if [ "${1:-}" = detached ]; then recipe; exit; fi
-if ! pgrep -f "seed_device.sh detached" >/dev/null && [ ! -f "$W/ship/seed.json" ]; then
-  if [ ! -f "$W/runs/vae/run.json" ] && [ -f "benchmarks/results/$NAME/run.json" ] \
+running() { pgrep -f "seed_device.sh detached $NAME" >/dev/null; }
+if ! running && [ ! -f "$W/ship/seed.json" ]; then
+  if [ "${REUSE_VAE:-0}" = 1 ] && [ ! -f "$W/runs/vae/run.json" ] && [ -f "benchmarks/results/$NAME/run.json" ] \
       && [ -f "src/worldtune/seeds/$NAME/vae.safetensors" ]; then
     mkdir -p "$W/runs/vae"
     cp -r "benchmarks/results/$NAME/vae" "$W/runs/vae/vae"  # config.json; the weights are the seed's
@@ -56,15 +63,35 @@ if ! pgrep -f "seed_device.sh detached" >/dev/null && [ ! -f "$W/ship/seed.json"
     cp "benchmarks/results/$NAME/run.json" "$W/runs/vae/run.json"
     cp "benchmarks/results/$NAME/vae_metrics.jsonl" "$W/runs/vae/metrics.jsonl"
   fi
-  BUDGET=$BUDGET setsid nohup bash "$0" detached >>"$W/seed.log" 2>&1 </dev/null &
+  BUDGET=$BUDGET setsid nohup bash "$0" detached "$NAME" >>"$W/seed.log" 2>&1 </dev/null &
   sleep 2
 fi
-while [ $(($(date +%s) - T0)) -lt "$WAIT" ] && pgrep -f "seed_device.sh detached" >/dev/null; do sleep 5; done
+while [ $(($(date +%s) - T0)) -lt "$WAIT" ] && running; do sleep 5; done
 
 # snapshot
 cp "$W/seed.log" "$OUT/seed.log"
 [ -f "$W/runs/transformer/metrics.jsonl" ] && cp "$W/runs/transformer/metrics.jsonl" "$OUT/dit_metrics.jsonl"
 [ -f "$W/runs/transformer/run.json" ] && cp "$W/runs/transformer/run.json" "$OUT/dit_run.json"
+python3 - "$W/runs/vae" "$OUT/vae" <<'EOF'
+import shutil, sys, torch
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+run, out = Path(sys.argv[1]), Path(sys.argv[2])
+done = run / "vae" / "diffusion_pytorch_model.safetensors"
+ckpts = sorted((p for p in (run / "checkpoints").glob("step-*") if p.is_dir()), key=lambda p: int(p.name[5:]))
+weights = done if done.is_file() else next((f for c in reversed(ckpts) for f in sorted(c.glob("*.safetensors"))
+                                             if "optim" not in f.name), None)
+if weights is not None:
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.to(torch.float16).contiguous() for k, v in load_file(str(weights)).items()},
+              str(out / "vae.safetensors"))
+    for name in ("run.json", "metrics.jsonl"):
+        if (run / name).is_file():
+            shutil.copy(run / name, out / name)
+    if (run / "vae" / "config.json").is_file():
+        shutil.copy(run / "vae" / "config.json", out / "config.json")
+    print(f"snapshot: VAE from {weights.relative_to(run)}")
+EOF
 if [ -f "$W/ship/seed.json" ]; then
   cp "$W/ship/seed.json" "$W/ship/transformer.safetensors" "$OUT/"
   cmp -s "$W/ship/vae.safetensors" "src/worldtune/seeds/$NAME/vae.safetensors" || cp "$W/ship/vae.safetensors" "$OUT/"

@@ -38,12 +38,23 @@ def test_seed_cosmos3_recipe_stops_resumes_and_packs_loadable_weights(tmp_path, 
     run_cfg = json.loads((tmp_path / "w" / "runs" / "transformer" / "run.json").read_text())
     assert (run_cfg["task"], run_cfg["mode"]) == ("joint", "full")
 
-    monkeypatch.setattr(seeds, "SEEDS_DIR", tmp_path / "seeds")
-    folder = init_model_dir("seed-cosmos3", tmp_path / "model")
     from diffusers import Cosmos3OmniTransformer
 
-    loaded = Cosmos3OmniTransformer.from_pretrained(folder / "transformer")
+    # the recipe's next architecture (a latent patch of 1) is what trained and what was packed
+    trained = Cosmos3OmniTransformer.from_pretrained(tmp_path / "w" / "runs" / "transformer" / "export" / "transformer")
+    assert trained.config.latent_patch_size == 1 and manifest["recipe"]["transformer"] == {"latent_patch_size": 1}
     packed = load_file(str(ship / "transformer.safetensors"))
+    assert all(torch.equal(p.half(), packed[n]) for n, p in trained.named_parameters())
+    assert (tmp_path / "w" / "vae_start" / "model_index.json").is_file()  # the VAE fine-tuned from the shipped one
+
+    # weights packed under the spec's own architecture load through the registry
+    ship2 = tmp_path / "seeds2" / "seed-cosmos3"
+    same = dataclasses.replace(recipe, transformer={})
+    run("seed-cosmos3", str(tmp_path / "w2"), SMALL, recipe=same, ship=str(ship2))
+    monkeypatch.setattr(seeds, "SEEDS_DIR", tmp_path / "seeds2")
+    folder = init_model_dir("seed-cosmos3", tmp_path / "model")
+    loaded = Cosmos3OmniTransformer.from_pretrained(folder / "transformer")
+    packed = load_file(str(ship2 / "transformer.safetensors"))
     assert all(torch.equal(p.half(), packed[n]) for n, p in loaded.named_parameters())
 
 

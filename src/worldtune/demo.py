@@ -58,9 +58,9 @@ def _seed_recipe(model: str):
 
     if not get_spec(model).weights:
         return None
-    from worldtune.seed import recipe_for
+    from worldtune.seed import shipped_recipe
 
-    return recipe_for(model)
+    return shipped_recipe(model)
 
 
 def demo_data(model: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def demo_data(model: str) -> dict[str, Any]:
     if r is None:
         return {}
     return {"episodes": 30, "height": r.camera_height, "width": r.camera_width, "targets": r.held_out,
-            "motion": r.motion, "place_on": r.held_out_place}
+            "motion": r.motion, "place_on": r.held_out_place, "arm": r.arm}
 
 
 def trains_actions(model: str) -> bool:

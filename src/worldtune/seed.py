@@ -29,7 +29,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -39,6 +39,7 @@ from worldtune.errors import ConfigError
 
 if TYPE_CHECKING:
     from worldtune.models.action_dynamics import ActionDomain
+    from worldtune.scene.episode import ArmLook
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class SeedRecipe:
     rig_jitter: float = 0.04  # metres the exterior cameras move between episodes
     data_seed: int = 1  # episodes other than the demo's (seed 0), in the same room
     motion: Literal["scripted", "varied"] = "scripted"  # the arm's path: one script, or drawn per episode
+    arm: ArmLook = "grey"  # the arm's look in the scene (the shipped seeds: grey; "bold": near black and thicker)
     camera_height: int = 180
     camera_width: int = 320
     vae_steps: int = 2400
@@ -61,6 +63,10 @@ class SeedRecipe:
     # chunks' causal cache untrained: the shipped VAEs, trained on 9, decoded frames 13-16 at 21 dB before their decoders
     # trained on whole clips)
     vae_lr: float = 5e-4
+    vae_from: Literal["scratch", "shipped"] = "scratch"  # the autoencoder's start: the spec's random VAE, or the
+    # shipped seed's (a fine-tune when the scene's look changes: the shipped VAE already knows the room)
+    transformer: dict[str, Any] = field(default_factory=dict)  # the transformer's config changed from the spec's
+    # (the next seed's architecture; the registry's spec takes the same values when its weights ship)
     steps: int = 8000
     batch: int = 32
     lr: float = 1e-3
@@ -73,13 +79,21 @@ class SeedRecipe:
 RECIPES: dict[str, SeedRecipe] = {
     # The held-out task stacks the green block on the blue cube: a destination the pre-training never shows, so a base
     # that generalises from red and blue to green (the colour) still has the task's motion to learn.
-    "seed-predict2.5": SeedRecipe("seed-predict2.5", held_out_place="blue"),
+    #
+    # The next seeds (not shipped yet; the shipped weights' own recipe is in their seed.json, and what the demo renders
+    # follows it): the arm near black and thicker, so that it spans more tokens at twice the contrast, and the VAEs
+    # fine-tuned from the shipped ones on that look, on whole 17-frame clips. Cosmos 3 also takes a latent patch of 1:
+    # its 16x VAE and a patch of 2 gave each 64x112 view 2x3.5 tokens and the arm a fifth of one
+    # (benchmarks/arm_look.py).
+    "seed-predict2.5": SeedRecipe("seed-predict2.5", held_out_place="blue", arm="bold", vae_from="shipped",
+                                  vae_steps=1000),
     # Cosmos 3 with actions from the start: NVIDIA's joint action mode (forward dynamics, inverse dynamics and
     # policy, one per clip) on the scene robot's actions, in the robot's own embodiment-domain slot. Its episodes
     # draw the arm's path, so that the video follows the actions, not only the instruction; forward dynamics is drawn
     # for 4 clips of 6 (a model that can predict the scene without its actions learns to read them that way).
     "seed-cosmos3": SeedRecipe(
-        "seed-cosmos3", vae_steps=1300, batch=64, cond_frames_probs="{1 = 1.0}", actions=True, motion="varied",
+        "seed-cosmos3", vae_steps=1000, batch=64, cond_frames_probs="{1 = 1.0}", actions=True, motion="varied",
+        arm="bold", vae_from="shipped", transformer={"latent_patch_size": 1},
         stage_overrides=("--train.dynamics.mode_weights", "{forward_dynamics = 4, inverse_dynamics = 1, policy = 1}")),
 }
 
@@ -92,6 +106,15 @@ def recipe_for(name: str) -> SeedRecipe:
         return RECIPES[name]
     except KeyError:
         raise ConfigError(f"no seed recipe named {name}: one of {', '.join(RECIPES)}") from None
+
+
+def shipped_recipe(name: str) -> SeedRecipe:
+    """The registered recipe with the scene look the shipped weights were made on (their seed.json's `arm`; "grey"
+    for seeds made before it was an option): the registered recipe may already describe the next seed, and the demo
+    and `--continue` must render the scene the shipped weights know."""
+    from worldtune.models.seeds import read_manifest
+
+    return dataclasses.replace(recipe_for(name), arm=read_manifest(name).get("recipe", {}).get("arm", "grey"))
 
 
 def trained_action_domain(name: str) -> ActionDomain | None:
@@ -166,7 +189,7 @@ def write_data(recipe: SeedRecipe, root: Path) -> Path:
     write_demo_dataset(tmp, episodes=recipe.episodes, seed=recipe.data_seed, texture_seed=0,
                        height=recipe.camera_height, width=recipe.camera_width, targets=recipe.targets,
                        rig_jitter=recipe.rig_jitter, workers=max(1, min(16, os.cpu_count() or 1)),
-                       episodes_per_file=50, motion=recipe.motion)
+                       episodes_per_file=50, motion=recipe.motion, arm=recipe.arm)
     tmp.rename(root)
     return root
 
@@ -184,6 +207,14 @@ def assemble_model(recipe: SeedRecipe, vae_folder: Path, out: Path, shipped: boo
     if not shipped:
         shutil.rmtree(tmp / "vae")
         shutil.copytree(vae_folder, tmp / "vae")
+        if recipe.transformer:
+            from worldtune.models.build import build_transformer, seeded, with_transformer_changes
+            from worldtune.models.registry import get_spec
+
+            shutil.rmtree(tmp / "transformer")
+            with seeded(0):
+                model = build_transformer(with_transformer_changes(get_spec(recipe.spec), recipe.transformer))
+            model.save_pretrained(tmp / "transformer", safe_serialization=True)
     tmp.rename(out)
     return out
 
@@ -308,7 +339,7 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
     from worldtune.cli import _stage as stage_fn
     from worldtune.models.seeds import pack_seed
 
-    recipe = recipe or recipe_for(name)
+    recipe = recipe or (shipped_recipe(name) if continue_shipped else recipe_for(name))
     recipe = dataclasses.replace(recipe, **{k: v for k, v in (("episodes", episodes), ("data_seed", data_seed))
                                             if v is not None})
     work = Path(out)
@@ -333,7 +364,7 @@ def run(name: str, out: str, overrides: list[str] | None = None, ship: str | Non
         step("prepare", lambda: (work / "dataset" / "info.json").is_file() or stage_fn("worldtune.data.prepare")(
             cfg.prepare))
         step("autoencoder", lambda: continue_shipped or _done(vae_run) or stage_fn("worldtune.train.autoencoder")(
-            _random_model_cfg(cfg, recipe.spec)))
+            _autoencoder_start_cfg(cfg, recipe, work)))
         step("model", lambda: assemble_model(recipe, vae_run / "vae", work / "model", shipped=continue_shipped))
         step("cache", lambda: stage_fn("worldtune.data.cache")(cfg))
     except _Stop:
@@ -367,8 +398,19 @@ class _Stop(Exception):
     """`stop_after`'s step is done."""
 
 
-def _random_model_cfg(cfg: WorldtuneConfig, spec: str) -> WorldtuneConfig:
-    """The config with `[model]` naming the spec (its random start) instead of a folder: the VAE is trained from
-    scratch before any model folder exists."""
-    model = cfg.model.model_copy(update={"path": None, "name": spec})
+def _autoencoder_start_cfg(cfg: WorldtuneConfig, recipe: SeedRecipe, work: Path) -> WorldtuneConfig:
+    """The config whose `[model]` the autoencoder starts from: the spec's random start (`vae_from = "scratch"`: the
+    VAE is trained before any model folder exists), or a folder of the shipped seed (`"shipped"`)."""
+    if recipe.vae_from == "shipped":
+        from worldtune.models.load import init_model_dir
+
+        start = work / "vae_start"
+        if not start.is_dir():
+            tmp = start.with_name(start.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            init_model_dir(recipe.spec, tmp)
+            tmp.rename(start)
+        model = cfg.model.model_copy(update={"path": str(start), "name": None})
+    else:
+        model = cfg.model.model_copy(update={"path": None, "name": recipe.spec})
     return cfg.model_copy(update={"model": model})

@@ -97,6 +97,31 @@ def test_episodes_of_one_layout_start_alike_and_move_apart():
     assert all(e.target == eps[0].target and np.array_equal(e.bowl, eps[0].bowl) for e in eps)
 
 
+def test_the_bold_arm_is_darker_and_wider_and_changes_nothing_else():
+    """`arm = "bold"`: the same episode (layout, path, cameras) with a near-black, thicker arm, so that the seeds'
+    small views resolve it: where either arm is drawn the bold one is darker, it covers more pixels, and every pixel
+    of neither arm is the same image. An unknown look is named."""
+    grey, bold = (demo_episodes(1, seed=3, height=90, width=160, length=12, motion="varied", arm=a)[0]
+                  for a in ("grey", "bold"))
+    assert np.array_equal(grey.gripper(7)[0], bold.gripper(7)[0]) and grey.task == bold.task
+    import worldtune.scene.episode as scene
+
+    moving_at = scene.SyntheticEpisode._moving_at
+    scene.SyntheticEpisode._moving_at = lambda self, g, o, b: [p for p in moving_at(self, g, o, b) if p.texture != "arm"]
+    try:
+        bare = grey.render_view("exterior_1_left", 7).astype(int)
+    finally:
+        scene.SyntheticEpisode._moving_at = moving_at
+    g, b = (e.render_view("exterior_1_left", 7).astype(int) for e in (grey, bold))
+    g_arm, b_arm = (np.abs(x - bare).max(-1) > 0 for x in (g, b))
+    assert b_arm.sum() > 1.3 * g_arm.sum() > 0
+    assert b[b_arm].mean() < 0.5 * g[g_arm].mean()
+    neither = ~(g_arm | b_arm)
+    assert np.array_equal(g[neither], b[neither])
+    with pytest.raises(ValueError, match="arm 'pink': use one of grey, bold"):
+        SyntheticEpisode(0, 12, arm="pink")
+
+
 def test_a_block_stacked_on_another_ends_on_its_top_and_a_bad_place_is_named():
     """`place_on`: the carried block's bottom ends on the other block's top (not in the bowl), the path goes there,
     the instruction says so; the bowl stays the default, and a place that is the carried block itself is refused."""

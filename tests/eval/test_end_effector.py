@@ -304,8 +304,8 @@ def test_detector_learns_the_arm_colour_from_the_real_clip(tmp_path, monkeypatch
 
     plain = syn._make_textures
 
-    def yellow_arm(seed: int, size: int = 256, style: str = "demo") -> dict:
-        tex = plain(seed, size, style)
+    def yellow_arm(seed: int, size: int = 256, style: str = "demo", arm: str = "grey") -> dict:
+        tex = plain(seed, size, style, arm)
         tex["arm"] = np.clip(tex["arm"].mean(axis=2, keepdims=True) / 0.6 * np.array([0.9, 0.75, 0.1]), 0, 1)
         return {k: np.ascontiguousarray(v, np.float32) for k, v in tex.items()}
 

@@ -17,7 +17,6 @@ zeroed or shuffled inside the conditioning path as the broken variants it must r
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -109,16 +108,13 @@ def write_model(out: Path, model: str, fresh_transformer: bool = False,
     """The check's model folder `out/model` (with `fresh_transformer`, a seed's trained VAE under its transformer's
     random start: whether a model that never learned to do without its actions learns to read them; `transformer`
     changes that transformer's config, e.g. `latent_patch_size` so that a token covers fewer pixels)."""
-    from worldtune.models.build import build_transformer
+    from worldtune.models.build import build_transformer, with_transformer_changes
     from worldtune.models.load import init_model_dir
     from worldtune.models.registry import get_spec
 
     init_model_dir(model, out / "model")
     if fresh_transformer:
-        spec = get_spec(model)
-        config = {**spec.transformer, **(transformer or {})}
-        config["patch_latent_dim"] = config["latent_patch_size"] ** 2 * config["latent_channel"]
-        build_transformer(dataclasses.replace(spec, transformer=config)).save_pretrained(
+        build_transformer(with_transformer_changes(get_spec(model), transformer or {})).save_pretrained(
             out / "model" / "transformer", safe_serialization=True)
 
 

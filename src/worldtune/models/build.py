@@ -8,6 +8,8 @@ every code path downstream is the same at every size.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from typing import Any
 
 import torch
 
@@ -15,7 +17,7 @@ from worldtune.models.components import NoOpSafetyChecker, build_scheduler, buil
 from worldtune.models.registry import ModelSpec
 
 __all__ = ["NoOpSafetyChecker", "build_pipeline", "build_scheduler", "build_transformer", "build_vae",
-           "pipeline_class", "seeded"]
+           "pipeline_class", "seeded", "with_transformer_changes"]
 
 
 @contextlib.contextmanager
@@ -34,6 +36,15 @@ def build_transformer(spec: ModelSpec, device: str | torch.device = "cpu", dtype
     from worldtune.models.family import family_of
 
     return family_of(spec).build_transformer(device, dtype)
+
+
+def with_transformer_changes(spec: ModelSpec, changes: dict[str, Any]) -> ModelSpec:
+    """The spec with its transformer's config changed (a seed recipe's next architecture, an overfit check's
+    variant), keeping derived sizes consistent: Cosmos 3's `patch_latent_dim` follows its latent patch."""
+    config = {**spec.transformer, **changes}
+    if "patch_latent_dim" in config:
+        config["patch_latent_dim"] = config["latent_patch_size"] ** 2 * config["latent_channel"]
+    return dataclasses.replace(spec, transformer=config)
 
 
 def pipeline_class(spec: ModelSpec):

@@ -67,9 +67,9 @@ def _noise(rng: np.random.Generator, size: int, octaves=(4, 8, 16, 32, 64)) -> n
     return (out - out.min()) / max(1e-6, out.max() - out.min())
 
 
-def _make_textures(seed: int, size: int = 256, style: str = "demo") -> dict[str, np.ndarray]:
+def _make_textures(seed: int, size: int = 256, style: str = "demo", arm: str = "grey") -> dict[str, np.ndarray]:
     """Float32 RGB textures in [0,1]: rich in blobs and corners so SIFT finds keypoints ("demo"),
-    or a plain table and a faint wall ("hard")."""
+    or a plain table and a faint wall ("hard"); the arm grey (`arm` "grey") or near black ("bold")."""
     rng = np.random.default_rng(seed)
     ii, jj = np.mgrid[0:size, 0:size]
     checker = (((ii // 32) + (jj // 32)) % 2).astype(np.float32)
@@ -83,7 +83,7 @@ def _make_textures(seed: int, size: int = 256, style: str = "demo") -> dict[str,
     if style == "hard":  # a plain laminate table: few, weak features where the robot works
         tex["table"] = np.stack([0.62 + 0.04 * n1, 0.58 + 0.04 * n1, 0.52 + 0.03 * n2], -1)
     for name, rgb in (("red", (0.85, 0.15, 0.12)), ("blue", (0.15, 0.3, 0.85)), ("green", (0.15, 0.7, 0.2)),
-                      ("bowl", (0.9, 0.8, 0.25)), ("arm", (0.6, 0.6, 0.65))):
+                      ("bowl", (0.9, 0.8, 0.25)), ("arm", ARM_COLOURS[arm])):
         n = _noise(rng, size, octaves=(8, 16, 32))
         stripes = (((ii + jj) // 24) % 2).astype(np.float32)
         tex[name] = np.clip(np.array(rgb, np.float32) * (0.45 + 0.55 * n[..., None]) * (0.8 + 0.2 * stripes[..., None]), 0, 1)
@@ -103,6 +103,13 @@ def _make_textures(seed: int, size: int = 256, style: str = "demo") -> dict[str,
 # ------------------------------------------------------------------------------------ episodes
 _BLOCKS = {"red": ("cube", 0.025), "blue": ("cube", 0.025), "green": ("block", 0.02)}  # name: (shape, half size m)
 _ARM_TOP = 0.75
+# The arm's look. "grey" is the classic scene's: a grey arm that reads 13 levels per channel from the wall and table
+# behind it (the seeds' 64x112 views then lose it in the latents). "bold" is near black and thicker, so that a
+# small model's view resolves it: arm colour, then half widths (m) of the column, the palm (x, y, z) and a finger.
+ARM_COLOURS = {"grey": (0.6, 0.6, 0.65), "bold": (0.16, 0.15, 0.2)}
+ARM_SIZES = {"grey": (0.022, (0.055, 0.025, 0.012), (0.006, 0.018, 0.025)),
+             "bold": (0.032, (0.06, 0.032, 0.016), (0.01, 0.022, 0.025))}
+ArmLook = Literal["grey", "bold"]
 HOME = (0.0, -0.05, 0.35)  # where the scripted path starts
 OPEN, CLOSED = 0.06, 0.032  # the gripper's opening (m): released, and closed on a block
 BOWL_RADIUS, BOWL_HEIGHT = 0.07, 0.03  # the shallow bowl: a block let go over it rests on its floor at this height
@@ -216,6 +223,7 @@ class SyntheticEpisode:
     motion: Literal["scripted", "varied"] = "scripted"  # the arm's path: one script, or drawn per episode
     place_on: str = "bowl"  # where the block goes: the bowl, or stacked on the block of this name
     layout_of: int | None = None  # share this episode index's layout, cameras and start; draw only the path anew
+    arm: ArmLook = "grey"  # the arm's look: the classic grey one, or a near-black thicker one ("bold")
     blocks: dict[str, np.ndarray] = field(default_factory=dict)
     target: str = ""
     bowl: np.ndarray = field(default_factory=lambda: np.zeros(3))
@@ -225,7 +233,9 @@ class SyntheticEpisode:
     def __post_init__(self) -> None:
         layout = self.index if self.layout_of is None else self.layout_of
         rng = np.random.default_rng([self.seed, layout])
-        self.tex = _textures(self.seed if self.texture_seed is None else self.texture_seed, self.style)
+        if self.arm not in ARM_COLOURS:
+            raise ValueError(f"arm {self.arm!r}: use one of {', '.join(ARM_COLOURS)}")
+        self.tex = _textures(self.seed if self.texture_seed is None else self.texture_seed, self.style, self.arm)
         # place blocks and bowl on a jittered grid of slots so they never overlap
         slots = [np.array([x, y]) for x in (-0.3, -0.1, 0.1, 0.3) for y in (-0.12, 0.12)]
         order = rng.permutation(len(slots))
@@ -347,13 +357,14 @@ class SyntheticEpisode:
     def _moving_at(self, g: np.ndarray, opening: float, blocks: dict[str, np.ndarray]) -> list:
         """The arm with the gripper at `g`, open `opening` m, and the blocks that move at their centres `blocks`."""
         prims: list = [Box(pos, np.full(3, _BLOCKS[n][1]), n, self.yaws[n]) for n, pos in blocks.items()]
+        column, palm, finger = ARM_SIZES[self.arm]
         palm_z = g[2] + 0.05
-        prims.append(Box(np.array([g[0], g[1], palm_z + 0.012]), np.array([0.055, 0.025, 0.012]), "arm"))
+        prims.append(Box(np.array([g[0], g[1], palm_z + palm[2]]), np.array(palm), "arm"))
         for sgn in (-1, 1):
-            prims.append(Box(np.array([g[0] + sgn * (opening / 2 + 0.006), g[1], g[2] + 0.025]),
-                             np.array([0.006, 0.018, 0.025]), "arm"))
-        col_lo = palm_z + 0.024
-        prims.append(Box(np.array([g[0], g[1], (col_lo + _ARM_TOP) / 2]), np.array([0.022, 0.022, (_ARM_TOP - col_lo) / 2]), "arm"))
+            prims.append(Box(np.array([g[0] + sgn * (opening / 2 + finger[0]), g[1], g[2] + finger[2]]),
+                             np.array(finger), "arm"))
+        col_lo = palm_z + 2 * palm[2]
+        prims.append(Box(np.array([g[0], g[1], (col_lo + _ARM_TOP) / 2]), np.array([column, column, (_ARM_TOP - col_lo) / 2]), "arm"))
         return prims
 
     def render_view(self, role: str, i: int) -> np.ndarray:
@@ -384,13 +395,13 @@ class SyntheticEpisode:
         return {n: self.render_view(n, i) for n in CAMERA_NAMES}
 
 
-_TEX_CACHE: dict[tuple[int, str], dict[str, np.ndarray]] = {}
+_TEX_CACHE: dict[tuple[int, str, str], dict[str, np.ndarray]] = {}
 
 
-def _textures(seed: int, style: str = "demo") -> dict[str, np.ndarray]:
-    if (seed, style) not in _TEX_CACHE:
-        _TEX_CACHE[(seed, style)] = _make_textures(seed, style=style)
-    return _TEX_CACHE[(seed, style)]
+def _textures(seed: int, style: str = "demo", arm: str = "grey") -> dict[str, np.ndarray]:
+    if (seed, style, arm) not in _TEX_CACHE:
+        _TEX_CACHE[(seed, style, arm)] = _make_textures(seed, style=style, arm=arm)
+    return _TEX_CACHE[(seed, style, arm)]
 
 
 def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: int = 160,
@@ -398,20 +409,20 @@ def demo_episodes(episodes: int = 14, seed: int = 0, height: int = 96, width: in
                   length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
                   texture_seed: int | None = None,
                   motion: Literal["scripted", "varied"] = "scripted", place_on: str = "bowl",
-                  layout_of: int | None = None) -> list[SyntheticEpisode]:
+                  layout_of: int | None = None, arm: ArmLook = "grey") -> list[SyntheticEpisode]:
     """The demo's episodes: lengths 18-36 frames, every fifth one (index 3, 8, 13...) only 9-15;
     `length` gives every episode that many frames instead. `targets` limits the blocks picked (the tasks),
     `rig_jitter` re-places the exterior cameras per episode, `texture_seed` keeps the room of another
     seed (the same textures, other episodes), `motion` "varied" draws the arm's path per episode, and
     `place_on` names where the block goes (the bowl, or another block to stack it on). `layout_of` gives every
-    episode that episode's layout, cameras and start, so that only their paths differ."""
+    episode that episode's layout, cameras and start, so that only their paths differ; `arm` is the arm's look."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(episodes):
         n = int(rng.integers(9, 16)) if i % 5 == 3 else int(rng.integers(18, 37))
         out.append(SyntheticEpisode(i, length or n, seed, height, width, success=i not in failed, style=style,
                                     targets=targets, rig_jitter=rig_jitter, texture_seed=texture_seed,
-                                    motion=motion, place_on=place_on, layout_of=layout_of))
+                                    motion=motion, place_on=place_on, layout_of=layout_of, arm=arm))
     return out
 
 

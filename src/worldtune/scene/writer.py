@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from worldtune.atomic import atomic_write_bytes
 from worldtune.data.video import VideoWriter
-from worldtune.scene.episode import (ACTION_NAMES, CAMERA_NAMES, FEATURE_PREFIX, FPS, ROBOT_TYPE, SyntheticEpisode,
+from worldtune.scene.episode import (ACTION_NAMES, CAMERA_NAMES, FEATURE_PREFIX, FPS, ROBOT_TYPE, ArmLook, SyntheticEpisode,
                                      demo_episodes)
 
 # ------------------------------------------------------------------------------------- writing
@@ -103,21 +103,22 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
                        workers: int = 2, style: Literal["demo", "hard"] = "demo",
                        length: int | None = None, targets: tuple[str, ...] = (), rig_jitter: float = 0.0,
                        texture_seed: int | None = None, motion: Literal["scripted", "varied"] = "scripted",
-                       place_on: str = "bowl", layout_of: int | None = None) -> Path:
+                       place_on: str = "bowl", layout_of: int | None = None, arm: ArmLook = "grey") -> Path:
     """Render the tabletop demo and write it as a LeRobot v3.0 (default) or v2.1 dataset.
 
     v3.0: episodes are concatenated, `episodes_per_file` per mp4/parquet file (None = all in one).
     `failed` episode indices get `is_episode_successful = False` (the arm misses the grasp).
     `style` "hard" renders the low-texture, wide-baseline scene; `length` fixes every episode's
     length; `motion` "varied" draws each episode's path; `place_on` is where the block goes (the bowl or
-    another block); `layout_of` gives every episode one episode's layout and start (only the paths differ).
+    another block); `layout_of` gives every episode one episode's layout and start (only the paths differ);
+    `arm` "bold" draws a near-black, thicker arm.
     Returns the dataset root. Writes
     `meta/cameras.json` with the true cameras. Episodes are rendered in `workers` processes (the
     default 14 episodes at 96x160 take a few seconds).
     """
     root = Path(root)
     eps = demo_episodes(episodes, seed, height, width, failed, style, length, targets, rig_jitter, texture_seed,
-                        motion, place_on, layout_of)
+                        motion, place_on, layout_of, arm)
     tasks: dict[str, int] = {}
     for e in eps:
         tasks.setdefault(e.task, len(tasks))
