@@ -302,7 +302,8 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
         row.update({**got, "peak_gib": {**row["peak_gib"], **got["peak_gib"]}})
     if args.fp8:
         def fp8_rows() -> dict[str, Any]:
-            layers = quantize_blocks(pipe.transformer, device, "serve.fp8")  # a new sampler: the old one's graphs hold the bf16 layers
+            # a new sampler: the old one's graphs hold the bf16 layers
+            layers = quantize_blocks(pipe.transformer, device, "serve.fp8")
             low = sampler()
             out = {}
             for row in rows:

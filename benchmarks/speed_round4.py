@@ -307,7 +307,8 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
                 "worldtune_batch_s_per_chunk": round(batch_s / len(batch), 3),
                 "ratio": r3.ratio(row["baseline_s"], fast), "ratio_batched": r3.ratio(row["baseline_s"],
                                                                                       batch_s / len(batch)),
-                "equality": r3.frame_diff(ours, row["ref"]), "equality_batched_vs_alone": r3.frame_diff(batched[0], ours),
+                "equality": r3.frame_diff(ours, row["ref"]),
+                "equality_batched_vs_alone": r3.frame_diff(batched[0], ours),
                 "frames": ours, "peak_gib": {"worldtune": fast_peak, "worldtune_batch": c3.peak_gib(device)}}
 
     bf16 = chunk_sampler(pipe, load_config(None, serve_args).serve)
@@ -325,7 +326,8 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
                 got = measure(sampler, row)
                 frames = got.pop("frames")
                 vs_bf16 = r3.frame_diff(frames, row["bf16_frames"])
-                out[str(row["guidance"])] = {**got, "vs_worldtune_bf16": vs_bf16, "same_as_bf16": vs_bf16["max_abs"] == 0}
+                out[str(row["guidance"])] = {**got, "vs_worldtune_bf16": vs_bf16,
+                                             "same_as_bf16": vs_bf16["max_abs"] == 0}
             return out
         got = r3.optional(variant)
         for row in rows:
@@ -347,7 +349,8 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
         times = [t for t in (r.get("worldtune_s"), r.get("worldtune_batch_s_per_chunk")) if t]
         return min(times) if times else None
 
-    result["best"] = best_of({**result, "worldtune_batch_s_per_chunk": serve_default.get("worldtune_batch_s_per_chunk")},
+    batch_s = serve_default.get("worldtune_batch_s_per_chunk")
+    result["best"] = best_of({**result, "worldtune_batch_s_per_chunk": batch_s},
                              lambda r: -(per_chunk(r) or float("inf")), lambda r: (per_chunk(r) or 9e9) <= 1.0)
     return result
 
@@ -454,7 +457,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for goal in args.goals:
         used = time.perf_counter() - t_start
         if args.budget_s and not args.tiny and used + GOAL_COST_S[goal] > args.budget_s:
-            print(f"{goal}: skipped, {used:.0f} s used of the {args.budget_s:.0f} s budget (~{GOAL_COST_S[goal]} s needed)")
+            print(f"{goal}: skipped, {used:.0f} s used of the {args.budget_s:.0f} s budget "
+                  f"(~{GOAL_COST_S[goal]} s needed)")
             continue
         t0 = time.perf_counter()
         try:
