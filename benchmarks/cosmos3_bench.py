@@ -347,6 +347,10 @@ def bench_training(args, spec, family, device: torch.device, dtype: torch.dtype,
     model = keep_fp32_modules(family.build_transformer(device, dtype))
     lora = SimpleNamespace(rank=args.rank, alpha=args.alpha, dropout=0.0, targets=None, init="default")
     params = apply_training_mode(model, "lora", lora, family)
+    if getattr(args, "fp8", False):  # train.fp8: torchao's float8 training of the frozen base linears
+        from worldtune.models.float8 import float8_training
+
+        float8_training(model, device, "train.fp8")
     if args.checkpoint == "selective":
         apply_selective_checkpointing(model, list(range(len(repeated_blocks(model)))))
     opt = torch.optim.AdamW(params, lr=1e-4, fused=device.type == "cuda")

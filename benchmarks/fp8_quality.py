@@ -6,8 +6,10 @@ that costs anything a user measures. The seed model has learned the demo's scene
 does FP8 change the pixel metrics against the real continuation, and does it change the demo's answer (the adapter's
 dynamic-PSNR gain over the base, with its confidence interval)?
 
-Needs a finished `make demo` (its `demo_out`, made with the default seed model). Writes, under the demo folder,
-`generations_fp8/` and `eval_fp8/`, and the figures to `--json`:
+`generate.fp8` runs through torchao, which needs a CUDA GPU of compute capability 8.9 or later: run this where the
+demo ran on such a GPU, so that both sets of videos come from one device. Needs a finished `make demo` (its
+`demo_out`, made with the default seed model). Writes, under the demo folder, `generations_fp8/` and `eval_fp8/`, and
+the figures to `--json`:
 - per model (base, the adapter): the FP8 frames against the full-precision ones (mean absolute difference in
   [0, 1] units, PSNR), and per pixel metric the paired difference FP8 - full precision with its bootstrap CI;
 - the adapter - base difference of every pixel metric under both, as the demo's report computes it.

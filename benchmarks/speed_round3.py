@@ -21,9 +21,9 @@ Goals (`--goals`, any of them, in this order):
   predict25  Predict2.5 2B LoRA step, 93x432x768 (benchmarks/train_bench.py): the diffusers example (`A_example`)
              vs worldtune's best (`B_best`).
 
-`--fp8` (gen, fd_chunk) times worldtune's path once more with the repeated blocks' linears in FP8 (models/fp8.py,
-`generate.fp8` / `serve.fp8`), after the bf16 figures: a labelled option whose frames are read against the plain
-path's and worldtune's bf16 ones, not against the noise floor.
+`--fp8` (gen, fd_chunk) times worldtune's path once more with the repeated blocks' linears in float8 (torchao
+through models/float8.py, `generate.fp8` / `serve.fp8`), after the bf16 figures: a labelled option whose frames are
+read against the plain path's and worldtune's bf16 ones, not against the noise floor.
 
 Equality (gen, fd_chunk): max and mean absolute difference of the uint8 frames (in [0, 1] units) and PSNR between
 worldtune's frames and the plain path's with the same inputs and seed, to be read against the noise floor.
@@ -59,7 +59,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cosmos3_bench as c3  # noqa: E402
 
-from worldtune.models.fp8 import quantize_blocks  # noqa: E402
+from worldtune.models.float8 import quantize_blocks  # noqa: E402
 
 GOALS = ("gen", "fd_chunk", "fd_train", "lora", "predict25")
 # seconds per goal on an H200, about twice the measured ones (gen 74, fd_chunk 56 or 59 with --fd-compile, fd_train 32,
@@ -82,7 +82,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fd-batch", type=int, default=None, help="fd_chunk: rollouts stepped at once; default 4 (tiny: 2)")
     p.add_argument("--fd-compile", action="store_true", help="fd_chunk: compiled decoder layers under the graphs")
     p.add_argument("--fp8", action="store_true", help="gen, fd_chunk: also time worldtune's path with the blocks' "
-                   "linears in FP8 (models/fp8.py), a labelled option read against its own quality figure")
+                   "linears in float8 (torchao), a labelled option read against its own quality figure")
     p.add_argument("--fd-train-batch", default=None, help="fd_train: clips per step, comma-separated; default 1,4 "
                    "(tiny: 1,2)")
     p.add_argument("--repeats", type=int, default=None, help="fd_chunk: timed chunks per path; default 3 (tiny: 1)")
@@ -214,7 +214,7 @@ def goal_gen(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     fp8 = None
     if args.fp8:
         def fp8_videos() -> dict[str, Any]:
-            layers = quantize_blocks(pipe.transformer)
+            layers = quantize_blocks(pipe.transformer, dev, "generate.fp8")
             clock(lambda: worldtune_videos(1, images[:2]), dev)  # recompiles the blocks with the FP8 layers
             low, low_s = clock(lambda: worldtune_videos(ns.steps, images), dev)
             return {"layers": layers, "worldtune_s": round(low_s / len(images), 3),
@@ -302,7 +302,8 @@ def goal_fd_chunk(args: argparse.Namespace, device: torch.device) -> dict[str, A
         row.update({**got, "peak_gib": {**row["peak_gib"], **got["peak_gib"]}})
     if args.fp8:
         def fp8_rows() -> dict[str, Any]:
-            layers = quantize_blocks(pipe.transformer)  # a new sampler: the old one's graphs hold the bf16 layers
+            # a new sampler: the old one's graphs hold the bf16 layers
+            layers = quantize_blocks(pipe.transformer, device, "serve.fp8")
             low = sampler()
             out = {}
             for row in rows:

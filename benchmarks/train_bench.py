@@ -77,6 +77,7 @@ class Variant:
     numerics: bool = False
     cost_s: float = 60.0  # rough seconds on one H200, for --budget-s
     cuda_only: bool = False
+    fp8: bool = False  # train.fp8: torchao's float8 training of the blocks' linears (models/float8.py)
 
 
 VARIANTS: list[Variant] = [
@@ -102,6 +103,8 @@ VARIANTS: list[Variant] = [
     Variant("B_fused_cudnn", "B_fused with SDPA cuDNN pinned", fused=True, attention="cudnn", cost_s=28,
             cuda_only=True),
     Variant("B_best_b4", "B_best at batch 4", fused=True, compile=True, ckpt="auto", batch=4, cost_s=120),
+    Variant("B_best_fp8", "B_best + train.fp8 (torchao float8 training of the frozen base linears)", fused=True,
+            compile=True, ckpt="auto", numerics=True, fp8=True, cost_s=110),
     Variant("B_cudagraphs", "B_best + CUDA graphs (reduce-overhead)", fused=True, compile=True, cuda_graphs=True,
             ckpt="auto", cost_s=120, cuda_only=True),
 ]
@@ -335,6 +338,10 @@ def run_flow(ctx: Ctx, v: Variant, row: dict, log) -> None:
     (speed.apply_selective_checkpointing if v.ckpt == "sac" else apply_checkpointing)(model, blocks)
     row["checkpointed_blocks"] = len(blocks)
     row["per_block_estimate_gib"] = per_block / GIB
+    if v.fp8:  # before compiling, as the trainer does
+        from worldtune.models.float8 import float8_training
+
+        row["fp8_linears"] = float8_training(model, dev, "train.fp8")
     row["speed"] = speed.apply_speed(model, fused_adaln=v.fused, compile=v.compile, cuda_graphs=v.cuda_graphs,
                                      attention=v.attention)
     log(f"    checkpointing {len(blocks)}/{n_blocks} blocks (estimate {per_block / GIB:.2f} GiB per kept block)")

@@ -107,3 +107,24 @@ def domain_tables(monkeypatch):
 
     for table in ("_EMBODIMENT_TO_DOMAIN_ID", "_EMBODIMENT_TO_RAW_ACTION_DIM"):
         monkeypatch.setattr(p, table, dict(getattr(p, table)))
+
+
+@pytest.fixture
+def float8_on_cpu(monkeypatch):
+    """torchao's float8 path on the CPU, where torch's own float8 matmul runs it: worldtune's device check and
+    torchao's inference hardware check (both refuse the CPU, which has no float8 tensor cores to be fast on) are
+    lifted, so tests check the arithmetic the GPU runs. Skips, with the reason, where torchao is missing or its
+    float8 matmul does not run on this CPU."""
+    torchao_quant = pytest.importorskip("torchao.quantization.quant_api", reason="torchao (the fp8 extra) is missing")
+    import torch
+
+    from worldtune.models import float8
+
+    monkeypatch.setattr(float8, "check_float8_device", lambda device, option: None)
+    monkeypatch.setattr(torchao_quant, "_check_hardware_support", lambda granularity: None)
+    try:
+        probe = torch.nn.Linear(16, 16).to(torch.bfloat16)
+        float8._quantize([probe], probe)
+        probe(torch.ones(2, 16, dtype=torch.bfloat16))
+    except Exception as e:  # noqa: BLE001 -- the reason is the skip's message
+        pytest.skip(f"torchao's float8 matmul does not run on this CPU: {type(e).__name__}: {e}")

@@ -171,9 +171,10 @@ def test_bad_adapter_fails_before_any_video(tiny_model_dir, folder_inputs, tmp_p
 
 
 def test_fp8_regenerates_the_models_rows_and_records_it(first_run, tiny_model_dir, folder_inputs, adapter_dir,
-                                                        tmp_path):
+                                                        tmp_path, float8_on_cpu):
     """generate.fp8 changes the frames, so it is part of each row's hash: turning it on regenerates the models' rows
-    (not the baselines, which the transformer does not make) and records it; the frames stay near bf16's."""
+    (not the baselines, which the transformer does not make) and records it; the frames stay near full precision's
+    (torchao's float8 on the CPU: see the `float8_on_cpu` fixture)."""
     import shutil
 
     out = tmp_path / "copy"
@@ -187,6 +188,13 @@ def test_fp8_regenerates_the_models_rows_and_records_it(first_run, tiny_model_di
     low = read_frames(out / "base/cube_s5.mp4").astype(int)
     full = read_frames(first_run / "base/cube_s5.mp4").astype(int)
     assert 0 < np.abs(low - full).mean() < 3.0  # other frames, a few levels from bf16's
+
+
+def test_fp8_on_the_cpu_is_refused_in_one_line_before_any_video(tiny_model_dir, folder_inputs, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(GenerationError, match=r"^generate.fp8: float8 needs a CUDA GPU .* turn generate.fp8 off$"):
+        run(_cfg(tiny_model_dir, folder_inputs, out, fp8=True, baselines=[]))
+    assert not list(out.rglob("*.mp4"))
 
 
 def test_fuse_with_fp8_is_a_one_line_error():

@@ -145,8 +145,9 @@ def test_per_block_bytes_fused_is_smaller():
     assert speed.per_block_bytes(real, 24, 54, 96, batch=2, fused_adaln=True) > 1.9 * fused
 
 
-def test_train_bench_tiny_cpu(tmp_path, base, capsys):
-    """Every variant of the benchmark on the tiny spec, in-process (the libraries are already imported)."""
+def test_train_bench_tiny_cpu(tmp_path, base, capsys, float8_on_cpu):
+    """Every variant of the benchmark on the tiny spec, in-process (the libraries are already imported); the float8
+    variant through torchao on the CPU (the `float8_on_cpu` fixture)."""
     out = tmp_path / "tb.json"
     bench = load_benchmark("train_bench")
     assert bench.main(["--tiny", "--device", "cpu", "--warmup", "0", "--steps", "1", "--out", str(out)]) == 0
@@ -162,6 +163,8 @@ def test_train_bench_tiny_cpu(tmp_path, base, capsys):
     for name in ("B_best", "B_sac"):
         num = rows[name]["numerics"]
         assert num["loss_rel_diff"] < 1e-5 and num["grad_rel_diff_max_tensor"] < 1e-4 and num["tensors"] > 0
+    fp8 = rows["B_best_fp8"]["numerics"]  # float8 training: near the eager step, not equal to it
+    assert rows["B_best_fp8"]["fp8_linears"] > 0 and 0 < fp8["grad_rel_diff_global"] < 0.15, fp8
     assert rows["C_full"]["trainable_params"] == sum(p.numel() for p in base.parameters())  # every DiT weight
     assert rows["B_eager"]["trainable_params"] < rows["D_dora"]["trainable_params"]  # DoRA adds magnitudes
     assert "A_example" in stdout and "B_best_704" in stdout  # the table was printed

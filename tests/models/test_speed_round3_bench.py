@@ -12,7 +12,7 @@ import torch
 from tests.benchmark_module import load_benchmark
 
 
-def test_tiny_run_of_every_goal(tmp_path, one_thread):
+def test_tiny_run_of_every_goal(tmp_path, one_thread, float8_on_cpu):
     bench = load_benchmark("speed_round3")
     res = bench.main(["--tiny", "--device", "cpu", "--fp8", "--json", str(tmp_path / "r.json")])
     assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(res, default=str))

@@ -211,6 +211,32 @@ def test_lora_step_changes_only_adapter_weights(tiny_model_dir, cached_dataset, 
     assert any("lora_B" in n for n in changed)
 
 
+def test_train_fp8_steps_the_adapter_over_float8_base_layers(tiny_model_dir, cached_dataset, tmp_path,
+                                                             float8_on_cpu):
+    """train.fp8: the frozen base layers the LoRA wraps run torchao's float8 training (on the CPU through the
+    `float8_on_cpu` fixture); a step still changes only the adapter, and its first loss is near the full-precision
+    trainer's on the same batch."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    args = ("--train.steps", "1", "--train.lr", "1e-2")
+    full = Trainer(train_cfg(tiny_model_dir, cached_dataset, tmp_path / "a", *args))
+    low = Trainer(train_cfg(tiny_model_dir, cached_dataset, tmp_path / "b", *args, "--train.fp8", "true"))
+    assert any(isinstance(m, Float8Linear) for m in low.transformer.modules())
+    assert not any(isinstance(m, Float8Linear) for m in full.transformer.modules())
+    before = {n: p.detach().clone() for n, p in low.transformer.named_parameters()}
+    for t in (full, low):
+        t.out.mkdir(parents=True)
+    ref, got = full.train_step()["loss"], low.train_step()["loss"]
+    assert got == pytest.approx(ref, rel=0.05) and got != ref
+    changed = {n for n, p in low.transformer.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+
+
+def test_train_fp8_on_the_cpu_is_refused_in_one_line(tiny_model_dir, cached_dataset, tmp_path):
+    with pytest.raises(ConfigError, match=r"^train.fp8: float8 needs a CUDA GPU .* turn train.fp8 off$"):
+        Trainer(train_cfg(tiny_model_dir, cached_dataset, tmp_path / "r", "--train.fp8", "true"))
+
+
 def test_bad_configs_fail_early_in_one_line(tiny_model_dir, cached_dataset, tmp_path):
     from worldtune.config import load_config
 

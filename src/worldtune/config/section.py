@@ -18,7 +18,7 @@ def _check_4k1(v: int) -> int:
     return v
 
 
-FP8_DESCRIPTION = ("a labelled speed option: the transformer blocks' linear layers multiply in FP8 (e4m3, row-wise "
-                   "scales; GPUs of compute capability 8.9 or later, or the CPU). The frames differ from the bf16 "
-                   "model's by more than the noise floor (docs/benchmarks.md has the figure); an adapter's own layers "
-                   "stay full precision")
+FP8_DESCRIPTION = ("a labelled speed option: the transformer blocks' linear layers multiply in float8 through torchao "
+                   "(e4m3, row-wise scales; CUDA GPUs of compute capability 8.9 or later; pip install "
+                   "'worldtune[fp8]'). The frames differ from the bf16 model's by more than the noise floor "
+                   "(docs/benchmarks.md has the figure); an adapter's own layers stay full precision")

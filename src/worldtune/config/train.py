@@ -129,6 +129,10 @@ class TrainConfig(Section):
                               "instead of selective")
     compile: bool | None = Field(None, description="regional torch.compile of each block; None = on CUDA")
     fused_adaln: bool = Field(True, description="adaLN modulation per frame instead of per token (same numbers)")
+    fp8: bool = Field(False, description="a labelled speed option: torchao's float8 training (row-wise recipe) for "
+                      "the transformer blocks' linear layers, the frozen base layers of lora/dora or every block "
+                      "linear of a full fine-tune; the adapter's own layers stay bf16; CUDA GPUs of compute "
+                      "capability 8.9 or later; pip install 'worldtune[fp8]'")
     fused_adamw: bool = Field(True, description="fused AdamW on CUDA")
     attention_backend: str | None = Field(None, description="pin SDPA to cudnn, flash, efficient or math; "
                                           "None = PyTorch's choice")

@@ -76,7 +76,7 @@ class Settings:
     device: str
     compile: bool
     fused_adaln: bool
-    fp8: bool = False  # FP8 matmuls (models/fp8.py): other frames, so part of each output's hash
+    fp8: bool = False  # float8 matmuls (models/float8.py): other frames, so part of each output's hash
 
     @property
     def cond_pixel_frames(self) -> int:
@@ -296,14 +296,15 @@ def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings, dyna
 
 
 def _fp8(transformer: torch.nn.Module, option: str) -> None:
-    """The blocks' linears in FP8 (models/fp8.py), refused with one line where the GPU has no FP8 matmul."""
-    from worldtune.models.fp8 import apply_fp8
+    """The blocks' linears in float8 through torchao (models/float8.py), refused with one line where torchao or the
+    GPU cannot."""
+    from worldtune.models.float8 import quantize_blocks
 
     try:
-        n = apply_fp8(transformer, next(transformer.parameters()).device, option)
+        n = quantize_blocks(transformer, next(transformer.parameters()).device, option)
     except ConfigError as e:
         raise GenerationError(str(e)) from None
-    plain(f"{option}: {n} linear layers run FP8 matmuls (frames differ from bf16's)")
+    plain(f"{option}: {n} linear layers run float8 matmuls through torchao (frames differ from bf16's)")
 
 
 def _speed_up_vae(vae: torch.nn.Module, g: GenerateConfig, device: torch.device) -> None:

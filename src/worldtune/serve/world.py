@@ -360,16 +360,16 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
 
 def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
     """The sampler serve.sampler names: worldtune's (batched rollouts, fixed buffers, CUDA graphs by default on CUDA)
-    or the plain pipeline call; with serve.fp8, on the transformer's blocks turned FP8 first."""
+    or the plain pipeline call; with serve.fp8, on the transformer's blocks turned float8 first (torchao)."""
     cuda = pipe._get_execution_device().type == "cuda"
     graphs = cuda if sc.cuda_graphs is None else sc.cuda_graphs
     if graphs and not cuda:
         raise ConfigError("serve.cuda_graphs = true needs a CUDA device: unset it (or set it false) on CPU")
     if sc.fp8:  # before the sampler compiles or captures anything
-        from worldtune.models.fp8 import apply_fp8
+        from worldtune.models.float8 import quantize_blocks
 
-        n = apply_fp8(pipe.transformer, pipe._get_execution_device(), "serve.fp8")
-        print(f"serve.fp8: {n} linear layers run FP8 matmuls (frames differ from bf16's)")
+        n = quantize_blocks(pipe.transformer, pipe._get_execution_device(), "serve.fp8")
+        print(f"serve.fp8: {n} linear layers run float8 matmuls through torchao (frames differ from bf16's)")
     return pipeline_dynamics(pipe).chunk_sampler(pipe, fast=sc.sampler == "worldtune", cuda_graphs=graphs,
                                                  compile=sc.compile)
 

@@ -135,6 +135,8 @@ class Trainer:
         tc, dev = self.cfg.train, self.dist.device
         compile_blocks = tc.compile if tc.compile is not None else dev.type == "cuda"
         self._fused_adaln = tc.fused_adaln and self.family.fused_adaln
+        if tc.fp8:  # before compiling and sharding: both must see the float8 layers
+            self._float8(dev)
         self.speed = apply_speed(self.transformer, fused_adaln=self._fused_adaln, compile=compile_blocks,
                                  attention=tc.attention_backend)
         n_blocks = len(repeated_blocks(self.transformer))
@@ -147,6 +149,14 @@ class Trainer:
             self.ckpt_blocks = choose_checkpointing(tc.grad_checkpointing, n_blocks, dev, self._per_block_bytes(),
                                                     reserve_bytes=reserve)
             apply_checkpointing(self.transformer, self.ckpt_blocks)
+
+    def _float8(self, dev: torch.device) -> None:
+        """torchao's float8 training for the blocks' linears (models/float8.py), or its one-line refusal."""
+        from worldtune.models.float8 import float8_training
+
+        n = float8_training(self.transformer, dev, "train.fp8")
+        if self.dist.main:
+            print(f"train.fp8: {n} linear layers train with float8 matmuls through torchao")
 
     def _build_parallelism(self) -> None:
         """FSDP2 sharding or DDP across processes; one process trains the model as is."""
