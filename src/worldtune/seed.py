@@ -84,7 +84,8 @@ RECIPES: dict[str, SeedRecipe] = {
     # follows it): the arm near black and thicker, so that it spans more tokens at twice the contrast, and the VAEs
     # fine-tuned from the shipped ones on that look, on whole 17-frame clips. Cosmos 3 also takes a latent patch of 1:
     # its 16x VAE and a patch of 2 gave each 64x112 view 2x3.5 tokens and the arm a fifth of one
-    # (benchmarks/arm_look.py).
+    # (benchmarks/arm_look.py). seed-predict2.5 keeps its patch of 2 (4x7 tokens per view): a patch of 1 costs 6x per
+    # forward on the CPU (0.79 -> 4.7 s on 2 cores), beyond what the demo's 5 minutes allow.
     "seed-predict2.5": SeedRecipe("seed-predict2.5", held_out_place="blue", arm="bold", vae_from="shipped",
                                   vae_steps=1000),
     # Cosmos 3 with actions from the start: NVIDIA's joint action mode (forward dynamics, inverse dynamics and
