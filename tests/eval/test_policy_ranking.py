@@ -86,3 +86,12 @@ def test_a_world_model_that_says_nothing_saves_no_rollouts():
     assert e.ci[1] - e.ci[0] > e.classical_ci[1] - e.classical_ci[0]
     with pytest.raises(ValueError, match="at least two"):
         ppi_mean([1.0], [1.0], g)
+
+
+def test_paired_rollouts_without_spread_are_flagged_degenerate():
+    """Three paired rollouts, all successes the world model missed: the rectifier's variance estimate is 0, so the
+    interval is the world model's spread alone (here none: [1, 1]); the estimate says so instead of passing for
+    a certain one. One differing pair lifts the flag."""
+    e = ppi_mean([1, 1, 1], [0, 0, 0], [0, 0, 0, 0])
+    assert e.estimate == 1.0 and e.ci == (1.0, 1.0) and e.degenerate
+    assert not ppi_mean([1, 1, 0], [0, 0, 0], [0, 0, 0, 0]).degenerate

@@ -40,11 +40,12 @@ def test_the_report_from_known_outcomes(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["format"] == "worldtune.policy_benchmark"
     assert (tmp_path / "scatter.png").stat().st_size > 1000
     md = (tmp_path / "report.md").read_text()
-    assert "| mid | 0.50" in md and "MMRV 0.222" in md
+    assert "| mid | 0.50" in md and "MMRV 0.222" in md and "| 0/6 | +0.50 |" in md
 
 
 @pytest.mark.parametrize("change, words", [({"horizon": 30}, "whole chunks"), ({"paired": 5}, "paired = 5"),
-                                           ({"policies": ("oracle",)}, "no policy")])
+                                           ({"policies": ("oracle",)}, "no policy"),
+                                           ({"remote": ("ws://127.0.0.1:8000",)}, "NAME=ws://host:port")])
 def test_settings_that_cannot_give_figures_are_refused(change, words):
     settings = BenchmarkSettings(**{"dataset": "d", "out": "o", "episodes": 6, "paired": 3, **change})
     with pytest.raises(ConfigError, match=words):

@@ -29,6 +29,10 @@ estimate uses the n real rollouts alone (mean(y), its CLT interval, and its Wils
 `real_equivalent` is how many real rollouts the classical estimate needs for an interval as narrow as the
 prediction-powered one, var(y) / var_pp; minus n, the real rollouts it saved (negative: the world model's
 verdicts cost precision, as they do when they disagree with the truth more than the truth varies).
+
+The CLT interval needs paired rollouts that vary: when every paired difference y - f is the same (a handful of
+rollouts, all agreeing or all disagreeing), its variance estimate is 0 and the interval shows only the world
+model's own spread, too narrow. Such an estimate is flagged `degenerate`; pair more rollouts before reading it.
 """
 
 from __future__ import annotations
@@ -119,6 +123,7 @@ class PPIEstimate:
     classical_ci: tuple[float, float]  # its CLT interval, clipped to [0, 1]
     real_equivalent: float | None  # real rollouts the classical estimate needs for the PPI interval's width
     saved: float | None  # real_equivalent - n
+    degenerate: bool  # the paired differences do not vary: the interval leaves out the correction's uncertainty
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
@@ -143,7 +148,7 @@ def ppi_mean(paired_truth: Sequence[float], paired_model: Sequence[float], model
     equivalent = var_y / var if var > 0 and var_y > 0 else None
     return PPIEstimate(n, big, float(g.mean()), rect, est, _clip(est - half, est + half), classical,
                        _clip(classical - c_half, classical + c_half), equivalent,
-                       None if equivalent is None else equivalent - n)
+                       None if equivalent is None else equivalent - n, bool(np.ptp(y - f) == 0))
 
 
 def _clip(lo: float, hi: float) -> tuple[float, float]:

@@ -74,6 +74,7 @@ class BenchmarkSettings:
     first_seed: int = 10_000  # episode seeds first_seed, first_seed + 1, ...
     scene_seed: int = 0  # the scene's room and layouts (the seed models' room is 0)
     serve_overrides: tuple[str, ...] = ()  # more `--serve.x value` settings
+    remote: tuple[str, ...] = ()  # "name=ws://host:port": policies served over openpi's websocket protocol, added
 
     def check(self) -> None:
         """One-line errors for settings that cannot give the figures."""
@@ -85,6 +86,10 @@ class BenchmarkSettings:
                               "paired and 2 world-model-only episodes per policy (more episodes, or fewer paired)")
         known = {p.name for p in panel()}
         unknown = [p for p in self.policies if p not in known]
+        if self.remote:
+            from worldtune.scene.remote_policy import remote_policies
+
+            remote_policies(self.remote, connect=lambda url, name: None)  # the specs' form, before the model loads
         if unknown:
             raise ConfigError(f"benchmark: no policy {unknown} in the panel; pick from {sorted(known)}")
 
@@ -120,6 +125,10 @@ def run(settings: BenchmarkSettings) -> dict[str, Any]:
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
     policies = [p for p in panel() if not settings.policies or p.name in settings.policies]
+    if settings.remote:
+        from worldtune.scene.remote_policy import remote_policies
+
+        policies += remote_policies(settings.remote)
     cell = cell_size(settings.dataset)
     probe = SceneEnv(cameras=(), height=2 * cell[0], width=2 * cell[1], scene_seed=settings.scene_seed)
     probe.reset(seed=settings.first_seed, task=SceneTask(settings.targets[0]))
@@ -131,6 +140,8 @@ def run(settings: BenchmarkSettings) -> dict[str, Any]:
     finally:
         server.shutdown()
         server.close()
+        for p in policies:
+            getattr(p, "close", lambda: None)()
     seconds["model_load"] = loaded
     report = _report(settings, results, seconds)
     _write(out, report)
@@ -330,19 +341,24 @@ def markdown(report: dict[str, Any]) -> str:
              f"({s['paired']} paired for the prediction-powered estimate), {s['horizon']} actions in chunks of "
              f"{s['chunk']}, {s['steps']} steps, guidance {s['guidance']}; truth: {s['truth_episodes']} more simulator "
              "episodes a policy.", "",
-             "| policy | simulator | world model | bias | PPI estimate (95 %) | classical, paired only | truth | "
-             "real rollouts saved |", "|---|---|---|---|---|---|---|---|"]
+             "| policy | simulator | world model | unreadable | bias | PPI estimate (95 %) | classical, paired only | "
+             "truth | real rollouts saved |", "|---|---|---|---|---|---|---|---|---|"]
     for r in report["policies"]:
         p = r["ppi"]
         saved = "-" if p["saved"] is None else f"{p['saved']:+.1f}"
-        lines.append(f"| {r['policy']} | {_rate(r['simulator'])} | {_rate(r['world_model'])} | {r['bias']:+.2f} | "
-                     f"{p['estimate']:.2f} ({p['ci'][0]:.2f}-{p['ci'][1]:.2f}){'' if p['covers_truth'] else ' ✗'} | "
+        mark = ("" if p["covers_truth"] else " ✗") + (" (degenerate)" if p.get("degenerate") else "")
+        lines.append(f"| {r['policy']} | {_rate(r['simulator'])} | {_rate(r['world_model'])} | "
+                     f"{r['undetermined']}/{r['world_model']['n']} | {r['bias']:+.2f} | "
+                     f"{p['estimate']:.2f} ({p['ci'][0]:.2f}-{p['ci'][1]:.2f}){mark} | "
                      f"{p['classical']:.2f} ({p['classical_ci'][0]:.2f}-{p['classical_ci'][1]:.2f}) | "
                      f"{r['truth']['rate']:.2f} | {saved} |")
     lines += ["", f"Pearson r {_fmt(a.get('pearson'))}, Spearman rho {_fmt(a.get('spearman'))}, MMRV "
               f"{_fmt(a.get('mmrv'))}, mean absolute bias {_fmt(a.get('mean_abs_bias'))}; the prediction-powered "
               f"interval covers the truth for {report['ppi_covers_truth']} of {len(report['policies'])} policies "
-              f"(the classical one for {report['classical_covers_truth']}); the detector on the simulator's own "
+              f"(the classical one for {report['classical_covers_truth']}; "
+              f"{sum(bool(r['ppi'].get('degenerate')) for r in report['policies'])} degenerate: paired rollouts "
+              "without spread, pair more); unreadable: world-model rollouts in which the detector did not find "
+              "the objects in two views (counted as failures); the detector on the simulator's own "
               f"frames at the model's size agrees with the simulator on {100 * report['judge_control_agreement']:.1f} % "
               f"of episodes. {report['chunks']} world-model chunks in {report['seconds']['world_model']:.0f} s "
               f"({report['machine']}, {report['date']})."]
