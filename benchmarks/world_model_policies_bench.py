@@ -3,7 +3,7 @@ starts and seeds, in a world model served by `worldtune serve`, judged by the sc
 Spearman rho, MMRV, per-policy bias and prediction-powered estimates of the true success
 (worldtune.serve.policy_benchmark has the method; docs/scene.md, "The world-model benchmark", how to read it).
 
-    .venv/bin/python benchmarks/world_model_policies_bench.py --out /tmp/wmb --reduced      # CPU, ~10 minutes
+    .venv/bin/python benchmarks/world_model_policies_bench.py --out /tmp/wmb --reduced      # CPU, 2-5 minutes
     python3 benchmarks/world_model_policies_bench.py --out /tmp/wmb_full                    # GPU: the full panel
 
 Without --dataset it prepares one for the seed model (out/work/dataset: the recipe's room and camera layout, the

@@ -22,7 +22,7 @@ WAIT=${WAIT:-560}
 W=${W:-/tmp/wmb}  # outside the checkout: a warm machine keeps it between calls
 OUT=${OUT:-/tmp/wmb-out}
 DATA=${DATA:-.device/wmb}
-read -ra ARGS <<<"${ARGS:-}"
+read -ra EXTRA <<<"${ARGS:-}"  # (another name: an array cannot be exported to the detached run)
 mkdir -p "$OUT" "$W" /tmp/site
 if [ -f .av/av.tar.xz ] && [ ! -f /tmp/site/.av-ok ]; then
   tar -xJf .av/av.tar.xz -C /tmp/site && touch /tmp/site/.av-ok || exit 3
@@ -34,7 +34,7 @@ if [ "${1:-}" = detached ]; then
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   python3 -c "import av, cv2, matplotlib, torch, diffusers; print('av', av.__version__, 'torch', torch.__version__, 'diffusers', diffusers.__version__)" || exit 4
   python3 benchmarks/world_model_policies_bench.py --out "$W/out" --dataset "$DATA" --device cuda \
-    "${ARGS[@]}" 2>&1
+    "${EXTRA[@]}" 2>&1
   echo "benchmark exit $?"
   exit
 fi
