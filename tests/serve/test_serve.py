@@ -473,3 +473,21 @@ def test_bad_speed_settings_are_one_line_errors(args, words):
 
     with pytest.raises(ConfigError, match=words):
         load_config(None, args)
+
+
+def test_the_scene_detector_judges_a_served_rollout(server, monkeypatch, tmp_path):
+    """`serve.judge.kind = "scene"` on a running server: the rollout's `end` carries the detector's verdict. The
+    tiny random model draws no blocks, so the verdict is a failure it could not see (status `undetermined`)."""
+    from worldtune.scene.writer import write_demo_dataset
+    from worldtune.serve.scene_judge import scene_judge
+
+    root = write_demo_dataset(tmp_path / "ds", episodes=1, workers=1, length=4)
+    cfg = load_config(None, ["--serve.judge.kind", "scene", "--serve.judge.cameras", str(root / "meta/cameras.json")])
+    monkeypatch.setattr(server.world, "judge", scene_judge(cfg.serve.judge))
+    client = Client(server.url)
+    client.reset(_first_frames(), "picks up the red cube and places it in the bowl.", seed=0, policy="p")
+    client.step(policy(0))
+    ended = client.end()
+    assert ended.success is False and ended.judge["model"] == "worldtune.scene.detector"
+    assert ended.judge["rubrics"]["scene_detector"]["status"] == "undetermined" and ended.judge["errors"] == 0
+    assert client.info()["judge"]["kind"] == "scene" and client.info()["judge"]["judged"] == 1

@@ -12,6 +12,7 @@ import torch
 
 from tests.infer.conftest import random_frames
 from worldtune.config import LoraConfig, load_config
+from worldtune.errors import ConfigError
 from worldtune.models.cosmos3_domains import ActionDomain
 from worldtune.serve import Client
 
@@ -94,3 +95,54 @@ def test_the_adapter_drives_the_served_model(server, adapter, tiny_cosmos3_dir):
     assert not np.array_equal(served, base_robot[1:])
     unscaled = forward_dynamics(pipe, frame, raw, DOMAIN, TASK, **kw)  # the server did scale the actions
     assert not np.array_equal(served, unscaled[1:])
+
+
+def test_one_loop_runs_a_scripted_policy_in_the_simulator_and_the_served_world_model(server):
+    """`run_episode` drives the scene's simulator and the served world model through the same gymnasium calls: a
+    noisy scripted policy (its noise drawn from the episode's seed) sends the same action chunks to both, the world
+    model starting from the simulator's first frame and knowing what the policy knew there (`start_facts`)."""
+    from worldtune.scene.policies import Noisy, run_episode
+    from worldtune.scene.sim import SceneEnv, start_facts
+    from worldtune.scene.task import SceneTask
+    from worldtune.serve import WorldModelEnv
+
+    options = {"instruction": SceneTask("red").instruction, "policy": "noisy"}
+    sim = SceneEnv(cameras=("exterior_1_left",), height=H, width=W, max_steps=2 * K)
+    sim_info, sim_sent = run_episode(sim, Noisy("noisy", sigma=0.01), 5, options, chunk=K)
+    obs, start = sim.reset(seed=5, options=options)
+    world = WorldModelEnv(server.url, {"image": obs["exterior_1_left"]}, "", max_chunks=2)
+    wm_info, wm_sent = run_episode(world, Noisy("noisy", sigma=0.01), 5, {**options, "facts": start_facts(start)},
+                                   chunk=K)
+    assert len(sim_sent) == len(wm_sent) == 2 and sim_info["step"] == wm_info["step"] == 2 * K
+    np.testing.assert_array_equal(np.stack(sim_sent), np.stack(wm_sent))
+    assert not np.array_equal(sim_sent[0][0, :3], sim_sent[0][1, :3])  # the arm moves: real actions, not a constant
+    assert wm_info["recorded"] and world.ended[-1].rollout and "success" in sim_info
+    sim.reset(seed=5, options=options)
+    with pytest.raises(ConfigError, match="chunk"):  # a chunk of the wrong width is refused in the simulator too
+        sim.step(np.zeros((K, 3)))
+
+
+def test_a_policy_served_over_openpis_protocol_runs_in_the_served_world_model(server):
+    """The benchmark's path for a lab's policy: a scripted policy behind a websocket policy server (openpi's
+    protocol), driven by `RemotePolicy` through the same `run_episode` in the served world model, sends the chunks
+    the policy sends in process, and the rollout is recorded under its name."""
+    pytest.importorskip("websockets", reason="the openpi protocol needs websockets (pip install 'worldtune[openpi]')")
+    pytest.importorskip("msgpack", reason="the openpi protocol needs msgpack (pip install 'worldtune[openpi]')")
+    from worldtune.scene.policies import Noisy, run_episode
+    from worldtune.scene.remote_policy import PolicyServer, RemotePolicy
+    from worldtune.scene.sim import SceneEnv, start_facts
+    from worldtune.scene.task import SceneTask
+    from worldtune.serve import WorldModelEnv
+
+    options = {"instruction": SceneTask("blue").instruction, "policy": "noisy-remote"}
+    sim = SceneEnv(cameras=("exterior_1_left",), height=H, width=W, max_steps=2 * K)
+    obs, start = sim.reset(seed=6, options=options)
+    world = WorldModelEnv(server.url, {"image": obs["exterior_1_left"]}, "", max_chunks=2)
+    facts = {**options, "facts": start_facts(start)}
+    _, local = run_episode(world, Noisy("noisy", sigma=0.01), 6, facts, chunk=K)
+    with PolicyServer(Noisy("noisy", sigma=0.01), horizon=K) as policy_server:
+        remote = RemotePolicy(policy_server.url)
+        info, sent = run_episode(world, remote, 6, facts, chunk=K)
+        remote.close()
+    np.testing.assert_array_equal(np.stack(sent), np.stack(local))
+    assert info["recorded"] and info["step"] == 2 * K and world.ended[-1].rollout

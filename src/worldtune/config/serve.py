@@ -17,8 +17,14 @@ class ServeJudgeConfig(Section):
     waits for its `end` answer: the defaults fail fast (short timeout, one retry, a breaker that retries
     after a minute) where an offline evaluation can afford to wait."""
 
+    kind: Literal["vlm", "scene"] = Field("vlm", description="vlm: the chat-completions judge at `endpoint`; scene: "
+                                          "worldtune's success detector for the synthetic scene (blocks and bowl read "
+                                          "from the pixels, no model weights), with the cameras of `cameras`")
     endpoint: str | None = Field(None, description="OpenAI-compatible chat-completions URL of the judge (a vLLM "
                                  "server of Cosmos-Reason2: http://localhost:8000/v1); None = rollouts are not judged")
+    cameras: str | None = Field(None, description="kind = scene: the scene dataset's meta/cameras.json (its fixed "
+                                "exterior cameras, where the detector triangulates the blocks)")
+    last_frames: int = Field(3, description="kind = scene: the final frames judged; done when done in most of them")
     model: str = Field("nvidia/Cosmos-Reason2-2B", description="model name sent to the judge")
     success_rubric: str = Field("task_success", description="rubric (shipped name or YAML path) whose top score means "
                                 "the task is done; gives `success`")
@@ -41,8 +47,18 @@ class ServeJudgeConfig(Section):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each judge request (e.g. "
                                        "{mm_processor_kwargs = {fps = 16}} on vLLM)")
 
+    @property
+    def enabled(self) -> bool:
+        """Whether rollouts are judged: an endpoint for the VLM judge, or the scene detector."""
+        return self.kind == "scene" or bool(self.endpoint)
+
     @model_validator(mode="after")
     def _check(self) -> "ServeJudgeConfig":
+        if self.kind == "scene" and not self.cameras:
+            raise ValueError("serve.judge.kind = \"scene\" needs serve.judge.cameras: the scene dataset's "
+                             "meta/cameras.json")
+        if self.last_frames < 1:
+            raise ValueError(f"serve.judge.last_frames must be >= 1, got {self.last_frames}")
         if self.fps <= 0 or self.timeout <= 0:
             raise ValueError("serve.judge.fps and serve.judge.timeout must be > 0")
         if self.retries < 0 or self.backoff < 0 or self.retry_after < 0:
@@ -109,9 +125,9 @@ class ServeConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "ServeConfig":
-        if self.judge.endpoint and self.record is None:
-            raise ValueError("serve.judge.endpoint is set but serve.record is none: the judge scores the recorded "
-                             "episode, so set serve.record to a folder (or unset the endpoint)")
+        if self.judge.enabled and self.record is None:
+            raise ValueError("serve.judge is on (an endpoint, or kind = scene) but serve.record is none: the judge "
+                             "scores the recorded episode, so set serve.record to a folder (or turn the judge off)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"serve.port must be 0..65535, got {self.port}")
         if self.chunk_size is not None and (self.chunk_size < 4 or self.chunk_size % 4):

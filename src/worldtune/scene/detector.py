@@ -204,6 +204,16 @@ class SuccessDetector:
         return best
 
 
+def cameras_document(cameras: Mapping[str, Camera]) -> dict[str, Any]:
+    """The `meta/cameras.json` document of a fixed rig (what `SuccessDetector.from_cameras_json` reads back): for
+    the simulator's cameras, so a judge elsewhere (`worldtune serve`'s) sees the scene as the simulator draws it."""
+    return {"format": "worldtune.cameras", "version": 1,
+            "cameras": {FEATURE_PREFIX + camera_name(n): {"role": camera_name(n), "K": c.K.tolist(), "R": c.R.tolist(),
+                                                          "t": c.t.tolist(), "width": int(c.width),
+                                                          "height": int(c.height), "static": True}
+                        for n, c in cameras.items()}}
+
+
 def triangulate(c1: Camera, c2: Camera, p1: np.ndarray, p2: np.ndarray) -> np.ndarray:
     """The world point (linear least squares) seen at pixel p1 by c1 and p2 by c2."""
     P1 = c1.K @ np.hstack([c1.R, c1.t[:, None]])

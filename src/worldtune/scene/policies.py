@@ -167,15 +167,30 @@ def policy_rng(policy: str, seed: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(policy.encode())])
 
 
+def run_episode(env: Any, policy: Policy, seed: int, options: dict[str, Any], chunk: int = 1
+                ) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """One episode of `policy` in any env of gymnasium's API whose `info` carries the start's facts and the actions
+    taken so far (`info["step"]`): the scene's `SceneEnv`, or a served world model's `WorldModelEnv` given the
+    simulator's facts (`start_facts`) in options["facts"]. The same loop for both, so a policy's rollouts in the
+    two differ only in the env. Each step sends `chunk` actions (as [chunk, 4], what a world model steps on; 1:
+    one action [4]), each asked of the policy with the step it will run at, open loop within the chunk as an
+    action-chunking policy is. Runs until the env truncates or terminates; (the last info, the actions sent)."""
+    obs, info = env.reset(seed=seed, options=options)
+    task = SceneTask.parse(info["task"] if "task" in info else info["instruction"])
+    policy.reset(task, info, policy_rng(policy.name, seed))
+    sent: list[np.ndarray] = []
+    while True:
+        actions = np.stack([policy.act(obs, {**info, "step": info["step"] + i}) for i in range(chunk)])
+        sent.append(actions)
+        obs, _, terminated, truncated, info = env.step(actions if chunk > 1 else actions[0])
+        if terminated or truncated:
+            return info, sent
+
+
 def rollout(env: SceneEnv, policy: Policy, task: SceneTask | str, seed: int,
             views: tuple[str, ...] = ()) -> Rollout:
     """Run `policy` on `task` in the layout of `seed` until the env truncates; draw `views` of the last state."""
     task = SceneTask.parse(task)
-    obs, info = env.reset(seed=seed, task=task)
-    policy.reset(task, info, policy_rng(policy.name, seed))
-    done = False
-    while not done:
-        obs, _, terminated, truncated, info = env.step(policy.act(obs, info))
-        done = terminated or truncated
+    info, _ = run_episode(env, policy, seed, {"task": task})
     return Rollout(policy.name, seed, task, bool(info["success"]), info["step"],
                    env.render_views(views) if views else {}, env.camera_models(), info)

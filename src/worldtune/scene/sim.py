@@ -70,6 +70,16 @@ class SceneState:
         return self.opening < GRIP_CLOSED_BELOW
 
 
+START_FACTS = ("task", "instruction", "blocks", "bowl", "yaws", "max_steps")  # what a policy may know of a start
+
+
+def start_facts(info: dict[str, Any]) -> dict[str, Any]:
+    """What the scripted policies read of an episode's start (the layout, the task, the horizon), from a reset's
+    `info`: handed to `WorldModelEnv.reset(options={"facts": ...})`, so a policy rolled out in a world model from
+    the simulator's first frames knows what it knew in the simulator, and no more (not the outcome)."""
+    return {k: info[k] for k in START_FACTS}
+
+
 def task_done(state: SceneState, task: SceneTask) -> bool:
     """The simulator's success predicate: the task's block rests, not held, in the bowl or on the named block."""
     return state.held != task.target and state.support[task.target] == task.place_on
@@ -97,11 +107,12 @@ class SceneEnv(_Base):  # type: ignore[misc, valid-type]
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None,
               task: SceneTask | str | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Lay out the scene of `seed` (blocks, bowl, cameras; None: the layout after the last one, from 0) and
-        start `task` (a SceneTask or its instruction; also taken from options["task"]; None: the block that
-        layout's dataset episode picks, into the bowl). options["gripper"] = [x, y, z, opening] starts the
-        gripper elsewhere than home."""
+        start `task` (a SceneTask or its instruction; also taken from options["task"] or options["instruction"],
+        the key `WorldModelEnv` reads too, so one options dict starts both; None: the block that layout's dataset
+        episode picks, into the bowl). options["gripper"] = [x, y, z, opening] starts the gripper elsewhere than
+        home."""
         options = options or {}
-        task = task if task is not None else options.get("task")
+        task = next((t for t in (task, options.get("task"), options.get("instruction")) if t is not None), None)
         index = self._next if seed is None else int(seed)
         self._next = index + 1
         if _Base is not object:
@@ -120,14 +131,18 @@ class SceneEnv(_Base):  # type: ignore[misc, valid-type]
         return self._observe(), self._info()
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        """Move the gripper to `action` = [x, y, z, opening], then grasp, carry or release by the rules."""
+        """Move the gripper to `action` = [x, y, z, opening], then grasp, carry or release by the rules. A chunk
+        [K, 4] (what a served world model takes in one step) is applied action by action, up to `max_steps`; the
+        observation is then the state after its last action."""
         self._require("step")
-        a = np.asarray(action, np.float64).reshape(-1)
-        if a.shape != (4,) or not np.isfinite(a).all():
-            raise ConfigError(f"SceneEnv.step: the action must be 4 finite numbers [x, y, z, gripper], got "
-                              f"{np.asarray(action).tolist()}")
-        apply_action(self.state, np.clip(a, WORKSPACE_LOW, WORKSPACE_HIGH), self.layout)
-        self.steps += 1
+        a = np.asarray(action, np.float64)
+        chunk = a.reshape(1, -1) if a.ndim == 1 else a
+        if chunk.ndim != 2 or chunk.shape[1:] != (4,) or not len(chunk) or not np.isfinite(chunk).all():
+            raise ConfigError(f"SceneEnv.step: the action must be 4 finite numbers [x, y, z, gripper] (or a chunk "
+                              f"[K, 4] of them), got {np.asarray(action).tolist()}")
+        for one in chunk[:max(1, self.max_steps - self.steps)]:
+            apply_action(self.state, np.clip(one, WORKSPACE_LOW, WORKSPACE_HIGH), self.layout)
+            self.steps += 1
         done = task_done(self.state, self.task)
         return self._observe(), float(done), False, self.steps >= self.max_steps, self._info()
 

@@ -79,9 +79,14 @@ class RolloutJudge:
         self._count(verdict)
         return verdict
 
+    def describe(self) -> str:
+        """One line for the server's start-up message."""
+        return (f"{self.judge.model} at {self.judge.endpoint} (rubrics "
+                f"{', '.join(r.name for r in self.judge.rubric_list)})")
+
     def info(self) -> dict[str, Any]:
         """What /info reports: where the judge is, its rubrics, and how judging went so far."""
-        return {"endpoint": self.judge.endpoint, "model": self.judge.model,
+        return {"kind": "vlm", "endpoint": self.judge.endpoint, "model": self.judge.model,
                 "rubrics": [r.name for r in self.judge.rubric_list], "judged": self.judged, "failed": self.failed,
                 "last_error": self.last_error}
 

@@ -313,8 +313,7 @@ def run(cfg: WorldtuneConfig) -> None:
           f"cameras {w.layout.roles} ({w.layout.kind}), {cfg.serve.steps} steps, tier {cfg.serve.tier}; "
           f"recording to {w.record or 'nowhere'}", flush=True)
     if w.judge is not None:
-        print(f"judging every recorded rollout with {w.judge.judge.model} at {w.judge.judge.endpoint} "
-              f"(rubrics {', '.join(r.name for r in w.judge.judge.rubric_list)})", flush=True)
+        print(f"judging every recorded rollout with {w.judge.describe()}", flush=True)
     print(f"listening on {server.url} (GET /info, POST /reset /step /end)", flush=True)
 
     def stop(signum: int, frame: Any) -> None:

@@ -36,6 +36,7 @@ from worldtune.serve.cameras import CameraMap, check_stream_size, returned_size
 from worldtune.serve.judging import RolloutJudge, rollout_judge
 from worldtune.serve.protocol import Ended, Refused, check_policy, check_seed
 from worldtune.serve.recorder import EpisodeRecorder, Recording
+from worldtune.serve.scene_judge import SceneJudge, scene_judge
 
 DEFAULT_FPS = 15.0  # DROID's rate, NVIDIA's forward-dynamics recipe
 SINGLE_ROLE = "image"  # the camera's name when no layout is given
@@ -82,7 +83,7 @@ class WorldModel:
 
     def __init__(self, pipe, actions: ActionSpace, layout: Layout, size: tuple[int, int] | None, fps: float,
                  sc: ServeConfig, keys: dict[str, str], model_label: str, record: str | None = None,
-                 tier: int | None = None, view_point: str | None = None, judge: RolloutJudge | None = None,
+                 tier: int | None = None, view_point: str | None = None, judge: RolloutJudge | SceneJudge | None = None,
                  sampler: ChunkSampler | None = None) -> None:
         self.pipe, self.actions, self.layout, self.fps, self.sc = pipe, actions, layout, fps, sc
         # generates the chunks (models/action_dynamics.py); None: the plain pipeline call, one chunk at a time
@@ -354,8 +355,9 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
     fps = float(sc.fps or trained.get("fps") or (info or {}).get("fps") or DEFAULT_FPS)
     tier = sc.tier if sc.tier != "auto" else trained.get("tier")
     view_point = sc.view_point if sc.view_point != "auto" else trained.get("view_point")
-    return WorldModel(pipe, actions, layout, size, fps, sc, keys, label, sc.record, tier, view_point,
-                      rollout_judge(sc.judge), chunk_sampler(pipe, sc))
+    judge = scene_judge(sc.judge) if sc.judge.kind == "scene" else rollout_judge(sc.judge)
+    return WorldModel(pipe, actions, layout, size, fps, sc, keys, label, sc.record, tier, view_point, judge,
+                      chunk_sampler(pipe, sc))
 
 
 def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
