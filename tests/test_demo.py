@@ -116,6 +116,15 @@ def test_seed_demo_shows_post_training_learning(tmp_path):
     # the adapter learned the held-out task: its training loss fell
     run = json.loads((out / "runs" / "lora" / "run.json").read_text())["summary"]
     assert run["last_loss"] < 0.7 * run["first_loss"], run
+    # does each clip do the task: the detector reads the real clips (10/10 measured), every model has its rate
+    results = json.loads((out / "eval" / "results.json").read_text())
+    task = results["task_success"]["models"]
+    assert task["real"]["done"] >= 0.8 * task["real"]["n"] and task["real"]["n"] >= 8, task["real"]
+    assert all(task[m]["n"] == task["real"]["done"] for m in ("base", "lora")), task
+    # across inputs vs across seeds: the second seed of --seed-inputs (5) inputs gives each model a ratio and interval
+    spread = results["input_vs_seed"]["models"]
+    for name in ("base", "lora"):
+        assert spread[name]["inputs_with_seeds"] == 5 and spread[name]["ci_low"] is not None, spread[name]
 
 
 @pytest.mark.slow
@@ -153,3 +162,18 @@ def test_eval_docs_actions_mode_commands_run_as_written(tmp_path, monkeypatch):
         assert main([str(REPO / a) if a.startswith("configs/") else a for a in cmd[1:]]) == 0, cmd
     results = json.loads((tmp_path / "demo_out/eval_actions/results.json").read_text())
     assert results["models"]["fd"]["action_sensitivity"]["dynamic_psnr"]["n_inputs"] >= 5
+
+
+def test_seed_inputs_add_one_noise_seed_to_the_first_inputs(tmp_path):
+    """A seed model's demo makes one seed per input; --seed-inputs N adds the next seed for the first N inputs (what
+    the across inputs / across seeds figure needs), and nothing where the recipe already makes several or N is 0."""
+    from worldtune.demo import demo_config, seed_overrides
+
+    seed_cfg = demo_config(tmp_path, 10, "seed-predict2.5")
+    assert seed_cfg.generate.seeds == [0]
+    more = seed_overrides(seed_cfg, 5)
+    assert more == ["--generate.seeds", "[1]", "--generate.max_inputs", "5"]
+    extra = demo_config(tmp_path, 10, "seed-predict2.5", overrides=more).generate
+    assert extra.seeds == [1] and extra.max_inputs == 5 and extra.out == seed_cfg.generate.out
+    assert seed_overrides(seed_cfg, 0) is None
+    assert seed_overrides(demo_config(tmp_path, 10, "tiny-predict2.5"), 5) is None  # seeds [0, 1] already
