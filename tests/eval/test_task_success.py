@@ -131,13 +131,26 @@ def test_broken_judges_fail_the_checks(scene, monkeypatch, broken):
         _check(_verdicts(scene))
 
 
-def test_summary_counts_judged_videos_with_a_wilson_interval():
-    rows = [{"model": "a", ts.METRIC: True, "task_moved": True}, {"model": "a", ts.METRIC: False, "task_moved": True},
-            {"model": "a", ts.METRIC: True, "task_moved": False}, {"model": "a", ts.METRIC: None}]
+def test_summary_counts_judged_inputs_with_a_wilson_interval():
+    rows = [{"model": "a", "name": "in0", "seed": 0, ts.METRIC: True, "task_moved": True},
+            {"model": "a", "name": "in1", "seed": 0, ts.METRIC: False, "task_moved": True},
+            {"model": "a", "name": "in2", "seed": 0, ts.METRIC: True, "task_moved": False},
+            {"model": "a", "name": "in3", "seed": 0, ts.METRIC: None}]
     s = ts.summary(rows, {"status": "ok"})["models"]["a"]
     assert (s["done"], s["n"], s["not_judged"]) == (2, 3, 1) and (s["moved"]["done"], s["moved"]["n"]) == (1, 2)
     assert s["ci_low"] == pytest.approx(0.2077, abs=1e-3) and s["ci_high"] == pytest.approx(0.9385, abs=1e-3)
     assert ts.summary(rows, {"status": "absent", "reason": "x"}) == {"status": "absent", "reason": "x"}
+
+
+def test_summary_counts_each_input_once_whatever_its_seeds():
+    """A second seed of some inputs (worldtune demo --seed-inputs) must not count them twice: k/n is over inputs, on
+    each input's first seed (a baseline's rows of every seed are one video), and `videos` counts every seed."""
+    rows = [{"model": "a", "name": f"in{i}", "seed": s, ts.METRIC: i < 2 and s == 1, "task_moved": True}
+            for i in range(4) for s in ((0, 1) if i < 2 else (0,))]
+    rows += [{"model": "real", "name": f"in{i}", "seed": None, ts.METRIC: True, "task_moved": True} for i in range(4)]
+    m = ts.summary(rows, {"status": "ok"})["models"]
+    assert (m["a"]["done"], m["a"]["n"]) == (0, 4) and m["a"]["videos"] == {"done": 2, "n": 6}
+    assert (m["real"]["done"], m["real"]["n"]) == (4, 4)
 
 
 def test_truth_is_absent_with_a_reason_for_other_datasets(tmp_path, scene):

@@ -735,12 +735,13 @@ def run(cfg: Any) -> dict[str, Any]:
 
 
 def _print_task_and_seeds(console: Any, results: dict[str, Any]) -> None:
-    """One line per model: videos that do the task (k/n, 95 % Wilson interval); and across inputs / across seeds."""
+    """One line per model: inputs whose video does the task (k/n on the first seed, 95 % Wilson interval); and across
+    inputs / across seeds."""
     ts = results.get("task_success") or {}
     if ts.get("status") == "ok":
         for label, m in ts["models"].items():
             if m["n"]:
-                console.print(f"  task done {label}: {m['done']}/{m['n']} [{m['ci_low']:.2f}, {m['ci_high']:.2f}]; "
+                console.print(f"  task done {label}: {m['done']}/{m['n']} inputs [{m['ci_low']:.2f}, {m['ci_high']:.2f}]; "
                               f"where the block moves {m['moved']['done']}/{m['moved']['n']}"
                               + (f"; {m['not_judged']} not judged" if m["not_judged"] else ""))
     elif ts:

@@ -563,10 +563,12 @@ def _end_effector_markdown(results: dict[str, Any], tracks_png: Path | None) -> 
 
 TASK_NOTE = ("the block the task moves, found by its colour in the two exterior views and triangulated, against where "
              "the real clip puts it (the scene's recorded path), at the latest of the clip's last frames where the real "
-             "clip shows it; within 4 cm counts as done, not found as not done. 'Block moves' counts only the inputs "
+             "clip shows it; within 4 cm counts as done, not found as not done. Counted per input, on its first noise "
+             "seed ('every seed': all videos). 'Block moves' counts only the inputs "
              "where the real block has moved by then (holding the first frame cannot do those). The real clips' row "
              "is the check that the detector reads these views; 'seen at the start': videos whose first frame shows "
-             "the block where it is (a decoder that loses its colour cannot be read)")
+             "the block where it is (a decoder that loses its colour cannot be read; the real clip through the VAE "
+             "bounds what any video that VAE decodes can score)")
 SPREAD_NOTE = ("how differently two videos change from their first frames (mean absolute difference of each frame "
                "minus the first, grey levels), over pairs of videos of different inputs and over pairs of one input "
                "under different noise seeds; a ratio above 1 says the input sets the video more than the seed does "
@@ -574,14 +576,15 @@ SPREAD_NOTE = ("how differently two videos change from their first frames (mean 
 
 
 def _task_rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
-    """(model, done k/n [Wilson], block moves k/n, seen at the start, not judged) per model."""
+    """(model, done k/n [Wilson], block moves k/n, every seed k/n, seen at the start, not judged) per model."""
     ts = results.get("task_success") or {}
     out = []
     for label, m in (ts.get("models") or {}).items():
         s = results["models"].get(label, {})
         ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else ""
+        v = m.get("videos") or {"done": m["done"], "n": m["n"]}
         out.append((display_name(label, s), f"{m['done']}/{m['n']}{ci}", f"{m['moved']['done']}/{m['moved']['n']}",
-                    f"{m.get('seen_first', 0)}/{m['n']}", str(m["not_judged"])))
+                    f"{v['done']}/{v['n']}", f"{m.get('seen_first', 0)}/{m['n']}", str(m["not_judged"])))
     return out
 
 
@@ -609,7 +612,8 @@ def _task_html(results: dict[str, Any]) -> str:
     elif ts:
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in _task_rows(results))
         parts.append(f"<h3>Does it do the task?</h3><p>{html.escape(TASK_NOTE)}.</p><table><tr><th>model</th>"
-                     f"<th>done (95 % CI)</th><th>block moves</th><th>seen at the start</th><th>not judged</th></tr>"
+                     f"<th>inputs done (95 % CI)</th><th>block moves</th><th>every seed</th><th>seen at the start</th>"
+                     f"<th>not judged</th></tr>"
                      f"{body}</table>")
     rows = _spread_rows(results)
     if rows:
@@ -626,7 +630,8 @@ def _task_markdown(results: dict[str, Any]) -> list[str]:
         lines += ["## Does it do the task?", "", f"Absent: {ts.get('reason')}.", ""]
     elif ts:
         lines += ["## Does it do the task?", "", TASK_NOTE + ".", "",
-                  "| model | done (95 % CI) | block moves | seen at the start | not judged |", "|---|---:|---:|---:|---:|"]
+                  "| model | inputs done (95 % CI) | block moves | every seed | seen at the start | not judged |",
+                  "|---|---:|---:|---:|---:|---:|"]
         lines += ["| " + " | ".join(row) + " |" for row in _task_rows(results)] + [""]
     rows = _spread_rows(results)
     if rows:

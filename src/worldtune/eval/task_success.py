@@ -21,10 +21,12 @@ How, per input (one real clip and every video made from it):
 - **moved**: whether the true block at the judged moment is more than `tolerance` from where it starts. On inputs
   where it is not, holding the first frame does the task; the summary gives the rate on the moved inputs too.
 
-Per model: videos that do the task, k of n, with a 95 % Wilson interval; and in how many of its judged videos the
-block is found at its true place in the first frame (`seen_first`: a video whose decoder cannot draw the block's
-colour cannot be read at all, and the baseline "real clip through the VAE" shows whether the model's VAE can). Only datasets written by worldtune's scene
-carry the truth; for any other the figure is absent and the reason says why (`TaskTruth.load`).
+Per model: inputs whose video does the task, k of n, with a 95 % Wilson interval (each input's first seed, so that n
+counts inputs as the real clips' row does; `videos` counts every seed); and in how many of those videos the block
+is found at its true place in the first frame (`seen_first`: a video whose decoder cannot draw the block's colour
+cannot be read at all, and the baseline "real clip through the VAE" shows whether the model's VAE can: it bounds
+what any video decoded by that VAE can score). Only datasets written by worldtune's scene carry the truth; for any
+other the figure is absent and the reason says why (`TaskTruth.load`).
 """
 
 from __future__ import annotations
@@ -206,9 +208,22 @@ def judge_input(real: tuple[str, Any], others: Sequence[tuple[str, Any]], truth:
     return out
 
 
+def first_seed(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each input's row with the lowest seed (the real clip, seedless, is its input's only row): one verdict per
+    input, every model on the same seed, so that k/n counts inputs as the real clips' row does, and an input generated
+    under more seeds (or a baseline, whose rows of every seed are one video) does not weigh more."""
+    best: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for r in rows:
+        key = (r.get("run"), r.get("name"))
+        if key not in best or (r.get("seed") or 0) < (best[key].get("seed") or 0):
+            best[key] = r
+    return list(best.values())
+
+
 def summary(rows: Sequence[dict[str, Any]], status: dict[str, Any]) -> dict[str, Any]:
-    """results.json's `task_success`: per model the videos that do the task (k of n judged, Wilson 95 % interval), the
-    same on the inputs whose block moves, and how many videos were not judged."""
+    """results.json's `task_success`: per model the inputs whose video does the task (k of n judged inputs, first seed,
+    Wilson 95 % interval), the same on the inputs whose block moves, how many inputs were not judged, and `videos`:
+    the count over every judged video of every seed."""
     from worldtune.serve.ranking import wilson_interval
 
     if status.get("status") != "ok":
@@ -221,10 +236,13 @@ def summary(rows: Sequence[dict[str, Any]], status: dict[str, Any]) -> dict[str,
 
     models: dict[str, Any] = {}
     for label in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == label]
+        every = [r for r in rows if r["model"] == label]
+        mine = first_seed(every)
         judged = [r for r in mine if r.get(METRIC) is not None]
+        videos = [bool(r[METRIC]) for r in every if r.get(METRIC) is not None]
         models[label] = {**rate([bool(r[METRIC]) for r in judged]),
                          "moved": rate([bool(r[METRIC]) for r in judged if r.get("task_moved")]),
                          "seen_first": int(sum(bool(r.get("task_seen_first")) for r in judged)),
-                         "not_judged": len(mine) - len(judged)}
-    return {**status, "metric": METRIC, "models": models}
+                         "not_judged": len(mine) - len(judged),
+                         "videos": {"done": int(sum(videos)), "n": len(videos)}}
+    return {**status, "metric": METRIC, "unit": "inputs (each input's first seed)", "models": models}
