@@ -121,10 +121,10 @@ def test_seed_demo_shows_post_training_learning(tmp_path):
     task = results["task_success"]["models"]
     assert task["real"]["done"] >= 0.8 * task["real"]["n"] and task["real"]["n"] >= 8, task["real"]
     assert all(task[m]["n"] == task["real"]["done"] for m in ("base", "lora")), task
-    # across inputs vs across seeds: the second seed of --seed-inputs (5) inputs gives each model a ratio and interval
+    # across inputs vs across seeds: a second seed of every held-out input gives each model a ratio and interval
     spread = results["input_vs_seed"]["models"]
     for name in ("base", "lora"):
-        assert spread[name]["inputs_with_seeds"] == 5 and spread[name]["ci_low"] is not None, spread[name]
+        assert spread[name]["inputs_with_seeds"] == task["real"]["n"] and spread[name]["ci_low"] is not None, spread[name]
 
 
 @pytest.mark.slow
@@ -165,15 +165,19 @@ def test_eval_docs_actions_mode_commands_run_as_written(tmp_path, monkeypatch):
 
 
 def test_seed_inputs_add_one_noise_seed_to_the_first_inputs(tmp_path):
-    """A seed model's demo makes one seed per input; --seed-inputs N adds the next seed for the first N inputs (what
-    the across inputs / across seeds figure needs), and nothing where the recipe already makes several or N is 0."""
+    """A seed model's demo makes one seed per input; by default the next seed for every input (what the across inputs /
+    across seeds figure needs, every input weighed alike), --seed-inputs N for the first N, and nothing where the
+    recipe already makes several or N is 0."""
     from worldtune.demo import demo_config, seed_overrides
 
     seed_cfg = demo_config(tmp_path, 10, "seed-predict2.5")
     assert seed_cfg.generate.seeds == [0]
+    every = demo_config(tmp_path, 10, "seed-predict2.5", overrides=seed_overrides(seed_cfg, None)).generate
+    assert every.seeds == [1] and every.max_inputs == seed_cfg.generate.max_inputs
     more = seed_overrides(seed_cfg, 5)
     assert more == ["--generate.seeds", "[1]", "--generate.max_inputs", "5"]
     extra = demo_config(tmp_path, 10, "seed-predict2.5", overrides=more).generate
     assert extra.seeds == [1] and extra.max_inputs == 5 and extra.out == seed_cfg.generate.out
     assert seed_overrides(seed_cfg, 0) is None
     assert seed_overrides(demo_config(tmp_path, 10, "tiny-predict2.5"), 5) is None  # seeds [0, 1] already
+    assert seed_overrides(demo_config(tmp_path, 10, "tiny-predict2.5"), None) is None
