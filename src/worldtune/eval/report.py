@@ -561,7 +561,7 @@ def _end_effector_markdown(results: dict[str, Any], tracks_png: Path | None) -> 
     return lines + ([""] + ([f"![gripper tracks](assets/{tracks_png.name})", ""] if tracks_png else []))
 
 
-TASK_NOTE = ("the block the task moves, found by its colour in the two exterior views and triangulated, against where "
+TASK_NOTE = ("The block the task moves, found by its colour in the two exterior views and triangulated, against where "
              "the real clip puts it (the scene's recorded path), at the latest of the clip's last frames where the real "
              "clip shows it; within 4 cm counts as done, not found as not done. Counted per input, on its first noise "
              "seed ('every seed': all videos). 'Block moves' counts only the inputs "
@@ -569,7 +569,7 @@ TASK_NOTE = ("the block the task moves, found by its colour in the two exterior 
              "is the check that the detector reads these views; 'seen at the start': videos whose first frame shows "
              "the block where it is (a decoder that loses its colour cannot be read; the real clip through the VAE "
              "bounds what any video that VAE decodes can score)")
-SPREAD_NOTE = ("how differently two videos change from their first frames (mean absolute difference of each frame "
+SPREAD_NOTE = ("How differently two videos change from their first frames (mean absolute difference of each frame "
                "minus the first, grey levels), over pairs of videos of different inputs and over pairs of one input "
                "under different noise seeds; a ratio above 1 says the input sets the video more than the seed does "
                "(95 % bootstrap interval over inputs)")
