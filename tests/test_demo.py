@@ -92,7 +92,7 @@ def test_demo_recipe_command_list_runs_as_written(tmp_path, monkeypatch):
     assert (tmp_path / "demo_out/report/report.html").is_file()
 
 
-@pytest.mark.slow  # ~6 min on 2 cores: the default demo on the seed model, as `make demo` runs it
+@pytest.mark.slow  # ~7 min on 2 cores: the default demo on the seed model, as `make demo` runs it (two seeds per input)
 def test_seed_demo_shows_post_training_learning(tmp_path):
     """On the seed model, post-training on the task it never saw raises dynamic PSNR against the real
     continuation on held-out episodes, with a 95 % interval above 0 over at least 8 inputs; every pixel and
