@@ -222,10 +222,15 @@ def demo(out: str = typer.Option("demo_out", "--out", help="run folder for every
                                                 help="forward dynamics on the robot's actions (a Cosmos 3 model): "
                                                      "post-training, own vs another episode's actions, the videos "
                                                      "labelled back by the IDM (default: on for a seed model made "
-                                                     "with actions)")) -> None:
+                                                     "with actions)"),
+         seed_inputs: Optional[int] = typer.Option(None, "--seed-inputs", min=0,
+                                                   help="held-out inputs also generated under a second noise seed "
+                                                        "(a seed model makes one per input): the report's across "
+                                                        "inputs / across seeds figure (default: all of them; 0 for "
+                                                        "none; fewer weigh those inputs double in the means)")) -> None:
     """Run every stage end to end on a small model: by default the seed model trained on the synthetic scene."""
     _stage("worldtune.demo")(out, steps=steps, compare_views=compare_views, only_data=only_data, model=model,
-                             actions=actions)
+                             actions=actions, seed_inputs=seed_inputs)
 
 
 @app.command(context_settings=_STAGE_CTX)

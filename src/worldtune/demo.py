@@ -3,7 +3,8 @@
 It is the first thing a new user runs and the project's end-to-end check: a synthetic
 three-camera LeRobot v3 dataset -> prepared 2x2 grid clips -> cached latents and embeddings ->
 LoRA training with the rectified-flow loss -> generation with the base model and the adapter
-(2 seeds per held-out clip, grids split into cameras) -> Sampson evaluation -> an inverse-dynamics
+(2 seeds per held-out clip, grids split into cameras; a seed model: one seed, and a second for every
+held-out clip, or `--seed-inputs` of them) -> Sampson evaluation -> an inverse-dynamics
 model trained on the dataset's actions -> the generated videos labelled and written as a LeRobot
 v3.0 dataset with their scores -> HTML report.
 Every stage reads and writes the same folders a user's own run would, through the same code.
@@ -141,12 +142,28 @@ def _stage(name: str, fn: Callable[[], Any], timings: dict[str, float], notes: d
         timings[name] = time.time() - t0
 
 
+def seed_overrides(cfg: WorldtuneConfig, inputs: int | None) -> list[str] | None:
+    """The generate overrides that add one noise seed, for every held-out input (`inputs` None) or the first
+    `inputs`, so that evaluation can tell what the input sets from what the seed sets (worldtune.eval.seed_spread);
+    None where the recipe already generates several seeds per input, or `inputs` is 0.
+
+    Every input by default: the means and paired differences of evaluation count each video, so a second seed for
+    only some inputs would weigh those inputs double in every other figure of the demo."""
+    if inputs is not None and inputs <= 0 or len(cfg.generate.seeds) > 1:
+        return None
+    more = ["--generate.seeds", f"[{max(cfg.generate.seeds) + 1}]"]
+    return more if inputs is None else [*more, "--generate.max_inputs", str(inputs)]
+
+
 def run(out: str = "demo_out", steps: int | None = None, compare_views: bool = False, only_data: bool = False,
-        model: str = DEFAULT_MODEL, actions: bool | None = None) -> dict[str, Any]:
+        model: str = DEFAULT_MODEL, actions: bool | None = None,
+        seed_inputs: int | None = None) -> dict[str, Any]:
     """`worldtune demo`; with `only_data`, write only the synthetic dataset and the tiny model (the
     inputs of configs/demo.toml's commands) and stop. `model`: a tiny spec of any family. `actions` (default: a
     seed model made with actions): forward-dynamics post-training, scored under own and other actions and
-    labelled back by the IDM, instead of generation from text and a first frame."""
+    labelled back by the IDM, instead of generation from text and a first frame. `seed_inputs`: held-out inputs also
+    generated under a second noise seed, where the recipe makes one seed per input (the report's "across inputs /
+    across seeds" figure; None: all of them, 0: none)."""
     from worldtune.errors import ConfigError
     from worldtune.models.registry import get_spec
 
@@ -186,6 +203,10 @@ def run(out: str = "demo_out", steps: int | None = None, compare_views: bool = F
         _stage("evaluate", lambda: stage_fn("worldtune.eval.evaluate")(cfg), timings, notes)
     else:
         _stage("generate", lambda: stage_fn("worldtune.infer.generate")(cfg), timings, notes)
+        more = seed_overrides(cfg, seed_inputs)
+        if more:
+            seeded = demo_config(root, steps, model, actions, overrides=more)
+            _stage("generate seeds", lambda: stage_fn("worldtune.infer.generate")(seeded), timings, notes)
         _stage("evaluate", lambda: stage_fn("worldtune.eval.evaluate")(cfg.evaluate), timings, notes)
         _stage("idm", lambda: stage_fn("worldtune.idm.train")(cfg), timings, notes)
         shutil.rmtree(cfg.trajectories.out, ignore_errors=True)  # the demo rewrites its dataset on every run

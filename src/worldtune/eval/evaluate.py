@@ -354,6 +354,52 @@ def run_end_effector(entries: Sequence[Entry], cfg: Any, dataset: Path | None) -
     return out, status
 
 
+def run_task_success(entries: Sequence[Entry], cfg: Any, dataset: Path | None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Per entry key: whether the video does the task (worldtune.eval.task_success), judged per input against where
+    the real clip puts the block; and the status: "ok", or "absent" with the reason (not a synthetic-scene dataset)."""
+    from worldtune.eval.progress import map_processes
+    from worldtune.eval.task_success import METRIC, TaskTruth, judge_input
+
+    truth = TaskTruth.load(dataset)
+    if isinstance(truth, str):
+        return {}, {"status": "absent", "reason": truth}
+    reals = {(e.run, e.name): e for e in entries if e.reference}
+    jobs, unknown = [], []
+    for (run, name), real in reals.items():
+        clip = truth.clip(name)
+        if clip is None:
+            unknown.append(name)
+            continue
+        others = [(e.key, _source(e)) for e in entries if not e.reference and (e.run, e.name) == (run, name)]
+        jobs.append(((real.key, _source(real)), others, clip))
+    out: dict[str, dict[str, Any]] = {}
+    for part in map_processes(judge_input, jobs, cfg.workers, "task success"):
+        out.update(part)
+    for e in entries:
+        if e.key not in out:
+            out[e.key] = {METRIC: None, "task_reason": "no scene truth for this input (not a clip of the evaluated "
+                          "dataset)" if (e.run, e.name) in reals else "no real clip for this input"}
+    status: dict[str, Any] = {"status": "ok", "dataset": str(dataset), "inputs": len(jobs)}
+    if unknown:
+        status["inputs_without_truth"] = sorted(unknown)
+    return out, status
+
+
+def task_summary(rows: Sequence[dict[str, Any]], status: dict[str, Any]) -> dict[str, Any]:
+    from worldtune.eval.task_success import summary
+
+    return summary(rows, status)
+
+
+def input_vs_seed(rows: Sequence[dict[str, Any]], entries: Sequence[Entry]) -> dict[str, Any]:
+    """results.json's `input_vs_seed` (worldtune.eval.seed_spread): per model, how much more its videos differ across
+    inputs than across noise seeds."""
+    from worldtune.eval.seed_spread import summary
+
+    by_key = {(e.model, e.name, e.seed): e for e in entries}
+    return summary(rows, lambda r: _source(by_key[(r["model"], r["name"], r["seed"])]).load())
+
+
 def end_effector_summary(rows: Sequence[dict[str, Any]], status: dict[str, Any]) -> dict[str, Any]:
     """results.json's `end_effector`: the status and, per model, each exterior view's statistics and paired
     difference to the base model, and the share of scored frames where the gripper was found."""
@@ -583,6 +629,7 @@ def print_summary(results: dict[str, Any]) -> None:
         found = ", ".join(f"{label} {100 * m['found']:.0f} %" for label, m in ee["models"].items() if m.get("found") is not None)
         console.print(f"  {EE_METRIC}: gripper found on {found} of the scored frames (elsewhere its last position "
                       "is kept); the real clips' row is the detector's own error")
+    _print_task_and_seeds(console, results)
     j = results["judge"]
     if j["status"] == "skipped":
         console.print(f"  judge skipped: {j['reason']}")
@@ -626,6 +673,7 @@ def run(cfg: Any) -> dict[str, Any]:
     ee, ee_status = run_end_effector(scored, cfg, dataset) if EE_METRIC in metrics else ({}, None)
     if ee_status and ee_status["status"] != "ok":  # not an error: this dataset does not record the truth
         metrics = [m for m in metrics if m != EE_METRIC]
+    task, task_status = run_task_success(scored, cfg, dataset)
     real_warp = {(e.run, e.name): pixels[e.key].get("warp_error_real") for e in scored if e.key in pixels}
     rows = []
     for e in entries:
@@ -638,10 +686,13 @@ def run(cfg: Any) -> dict[str, Any]:
         row.update(sampson.get(same[e.key], {}))
         row.update(pixels.get(same[e.key], {}))
         row.update(ee.get(same[e.key], {}))
+        row.update(task.get(same[e.key], {}))
         if e.reference and "warp_error" in metrics:
             row["warp_error"] = real_warp.get((e.run, e.name))
         row["status"] = row.get("sampson_status", "ok")
         rows.append(row)
+
+    spread = input_vs_seed(rows, entries)
 
     def finish(judge_status: dict[str, Any], judged: dict[str, dict[str, Any]]) -> dict[str, Any]:
         for r, e in zip(rows, entries):
@@ -657,6 +708,7 @@ def run(cfg: Any) -> dict[str, Any]:
             "files": {"videos": "videos.jsonl", "csv": "videos.csv"}, "seconds": round(time.time() - t0, 2),
             **({"closed_loop": closed} if closed else {}),
             **({"end_effector": end_effector_summary(rows, ee_status)} if ee_status else {}),
+            "task_success": task_summary(rows, task_status), "input_vs_seed": spread,
         }
         write_rows(out, rows, metrics)
         _write_json(out / "results.json", results)
@@ -680,6 +732,27 @@ def run(cfg: Any) -> dict[str, Any]:
         raise EvaluationError(f"every judge request failed (first: {first}); the other metrics are in "
                               f"{out / 'results.json'}; check evaluate.judge_endpoint")
     return results
+
+
+def _print_task_and_seeds(console: Any, results: dict[str, Any]) -> None:
+    """One line per model: inputs whose video does the task (k/n on the first seed, 95 % Wilson interval); and across
+    inputs / across seeds."""
+    ts = results.get("task_success") or {}
+    if ts.get("status") == "ok":
+        for label, m in ts["models"].items():
+            if m["n"]:
+                console.print(f"  task done {label}: {m['done']}/{m['n']} inputs [{m['ci_low']:.2f}, {m['ci_high']:.2f}]; "
+                              f"where the block moves {m['moved']['done']}/{m['moved']['n']}"
+                              + (f"; {m['not_judged']} not judged" if m["not_judged"] else ""))
+    elif ts:
+        console.print(f"  task success absent: {ts.get('reason')}")
+    for label, m in (results.get("input_vs_seed") or {}).get("models", {}).items():
+        if m.get("ratio") is None:
+            console.print(f"  across inputs / across seeds {label}: {m.get('reason')}")
+        else:
+            ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else f" ({m['reason']})"
+            console.print(f"  across inputs / across seeds {label}: {m['across_inputs']:.2f} / {m['across_seeds']:.2f} "
+                          f"= {m['ratio']:.2f}{ci}")
 
 
 def _closed_loop(whole: Any, generations: Path) -> dict[str, Any]:

@@ -561,6 +561,86 @@ def _end_effector_markdown(results: dict[str, Any], tracks_png: Path | None) -> 
     return lines + ([""] + ([f"![gripper tracks](assets/{tracks_png.name})", ""] if tracks_png else []))
 
 
+TASK_NOTE = ("The block the task moves, found by its colour in the two exterior views and triangulated, against where "
+             "the real clip puts it (the scene's recorded path), at the latest of the clip's last frames where the real "
+             "clip shows it; within 4 cm counts as done, not found as not done. Counted per input, on its first noise "
+             "seed ('every seed': all videos). 'Block moves' counts only the inputs "
+             "where the real block has moved by then (holding the first frame cannot do those). The real clips' row "
+             "is the check that the detector reads these views; 'seen at the start': videos whose first frame shows "
+             "the block where it is (a decoder that loses its colour cannot be read; the real clip through the VAE "
+             "bounds what any video that VAE decodes can score)")
+SPREAD_NOTE = ("How differently two videos change from their first frames (mean absolute difference of each frame "
+               "minus the first, grey levels), over pairs of videos of different inputs and over pairs of one input "
+               "under different noise seeds; a ratio above 1 says the input sets the video more than the seed does "
+               "(95 % bootstrap interval over inputs)")
+
+
+def _task_rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(model, done k/n [Wilson], block moves k/n, every seed k/n, seen at the start, not judged) per model."""
+    ts = results.get("task_success") or {}
+    out = []
+    for label, m in (ts.get("models") or {}).items():
+        s = results["models"].get(label, {})
+        ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else ""
+        v = m.get("videos") or {"done": m["done"], "n": m["n"]}
+        out.append((display_name(label, s), f"{m['done']}/{m['n']}{ci}", f"{m['moved']['done']}/{m['moved']['n']}",
+                    f"{v['done']}/{v['n']}", f"{m.get('seen_first', 0)}/{m['n']}", str(m["not_judged"])))
+    return out
+
+
+def _spread_rows(results: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(model, across inputs, across seeds, ratio [CI] or why not) per model."""
+    out = []
+    for label, m in ((results.get("input_vs_seed") or {}).get("models") or {}).items():
+        if m.get("ratio") is None:
+            out.append((label, _num(m.get("across_inputs")), _num(m.get("across_seeds")), f"— ({m.get('reason')})"))
+            continue
+        ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else f" ({m.get('reason')})"
+        out.append((label, _num(m["across_inputs"]), _num(m["across_seeds"]), f"{m['ratio']:.2f}{ci}"))
+    return out
+
+
+def _num(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _task_html(results: dict[str, Any]) -> str:
+    ts = results.get("task_success")
+    parts = []
+    if ts and ts.get("status") != "ok":
+        parts.append(f"<h3>Does it do the task?</h3><div class='note'>Absent: {html.escape(str(ts.get('reason')))}.</div>")
+    elif ts:
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in _task_rows(results))
+        parts.append(f"<h3>Does it do the task?</h3><p>{html.escape(TASK_NOTE)}.</p><table><tr><th>model</th>"
+                     f"<th>inputs done (95 % CI)</th><th>block moves</th><th>every seed</th><th>seen at the start</th>"
+                     f"<th>not judged</th></tr>"
+                     f"{body}</table>")
+    rows = _spread_rows(results)
+    if rows:
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        parts.append(f"<h3>Across inputs vs across noise seeds</h3><p>{html.escape(SPREAD_NOTE)}.</p><table><tr>"
+                     f"<th>model</th><th>across inputs</th><th>across seeds</th><th>ratio</th></tr>{body}</table>")
+    return "".join(parts)
+
+
+def _task_markdown(results: dict[str, Any]) -> list[str]:
+    ts = results.get("task_success")
+    lines: list[str] = []
+    if ts and ts.get("status") != "ok":
+        lines += ["## Does it do the task?", "", f"Absent: {ts.get('reason')}.", ""]
+    elif ts:
+        lines += ["## Does it do the task?", "", TASK_NOTE + ".", "",
+                  "| model | inputs done (95 % CI) | block moves | every seed | seen at the start | not judged |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += ["| " + " | ".join(row) + " |" for row in _task_rows(results)] + [""]
+    rows = _spread_rows(results)
+    if rows:
+        lines += ["## Across inputs vs across noise seeds", "", SPREAD_NOTE + ".", "",
+                  "| model | across inputs | across seeds | ratio |", "|---|---:|---:|---|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows] + [""]
+    return lines
+
+
 def delta_text(d: dict[str, Any]) -> str:
     """'+0.12 [−0.05, +0.30] win 63 %, n = 8 pairs / 4 inputs'; without an interval the reason in short
     ('(no CI: 2 inputs < 5)'); '— (reason)' when there is no difference at all."""
@@ -702,6 +782,7 @@ def run(cfg: Any) -> dict[str, Any]:
 1–3 good, 3–5 fair, &gt;5 poor); a video's Sampson value is its median over frame pairs. Judge scores 1–5.</p>
 {_metrics_table_html(results)}
 {_end_effector_html(results, tracks_png)}
+{_task_html(results)}
 {_skips_html(results)}
 <h2>Plots</h2>
 <div class="plots">{''.join(f"<img src='assets/{p.name}' alt='{html.escape(m)}'>" for m, p in plots.items() if p)}</div>
@@ -762,6 +843,7 @@ def markdown_summary(results: dict[str, Any], runs: Sequence[dict[str, Any]], pl
         lines.append("")
     lines += _closed_loop_markdown(results)
     lines += _end_effector_markdown(results, tracks_png)
+    lines += _task_markdown(results)
     views = [(display_name(label, s), role, per) for label, s in results["models"].items()
              for role, per in (s.get("views") or {}).items()]
     if views:

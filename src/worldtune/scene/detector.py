@@ -75,6 +75,8 @@ class SuccessDetector:
     stack_xy: float = 0.04  # m: a block's centre over the other's footprint (its half diagonal, 3.5 cm)
     min_area: int = 3  # pixels a blob needs to count
     max_reprojection: float = 3.0  # pixels: a pair of blobs farther off than this is not one object
+    colours: Mapping[str, tuple[tuple[int, int], int, int]] = field(default_factory=lambda: dict(COLOURS))  # HSV
+    # ranges per object (COLOURS'); a caller reading small, re-encoded views may widen them
 
     def __post_init__(self) -> None:
         self.cameras = {camera_name(n): c for n, c in self.cameras.items() if camera_name(n) != "wrist_left"}
@@ -173,7 +175,7 @@ class SuccessDetector:
 
     def _blobs(self, hsv: np.ndarray, name: str, cam: Camera, shape: tuple[int, ...]) -> list[tuple[np.ndarray, int]]:
         """(centroid in the camera's pixel coordinates, area) of each blob of `name`'s colour."""
-        (h0, h1), s_min, v_min = COLOURS[name]
+        (h0, h1), s_min, v_min = self.colours[name]
         hue = hsv[..., 0]
         in_hue = (hue >= h0) | (hue <= h1) if h0 > h1 else (hue >= h0) & (hue <= h1)
         mask = (in_hue & (hsv[..., 1] >= s_min) & (hsv[..., 2] >= v_min)).astype(np.uint8)

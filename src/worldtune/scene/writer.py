@@ -96,6 +96,19 @@ def _cameras_json(eps: list[SyntheticEpisode]) -> dict:
             "cameras": cams}
 
 
+SCENE_JSON = "scene.json"  # meta/scene.json: each episode's task and its block's true path
+
+
+def scene_json(eps: list[SyntheticEpisode]) -> dict:
+    """The scene's truth an evaluation of task success needs (meta/scene.json): per episode its task, the block it
+    moves and that block's centre in every frame (m, world frame), so a generated clip can be checked against where
+    the real episode put the block (worldtune.eval.task_success)."""
+    return {"format": "worldtune.scene", "version": 1, "fps": FPS,
+            "episodes": {str(e.index): {"task": e.task, "target": e.target, "place_on": e.place_on,
+                                        "target_path": [[round(float(v), 5) for v in e.block_position(e.target, i)]
+                                                        for i in range(e.length)]} for e in eps}}
+
+
 def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
                        version: Literal["v3.0", "v2.1"] = "v3.0", height: int = 96, width: int = 160,
                        episodes_per_file: int | None = None, failed: tuple[int, ...] = (),
@@ -112,8 +125,8 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
     length; `motion` "varied" draws each episode's path; `place_on` is where the block goes (the bowl or
     another block); `layout_of` gives every episode one episode's layout and start (only the paths differ);
     `arm` "bold" draws a near-black, thicker arm.
-    Returns the dataset root. Writes
-    `meta/cameras.json` with the true cameras. Episodes are rendered in `workers` processes (the
+    Returns the dataset root. Writes `meta/cameras.json` with the true cameras and `meta/scene.json` with each
+    episode's task and its block's path. Episodes are rendered in `workers` processes (the
     default 14 episodes at 96x160 take a few seconds).
     """
     root = Path(root)
@@ -142,6 +155,7 @@ def write_demo_dataset(root: str | Path, episodes: int = 14, seed: int = 0,
     else:
         raise ValueError(f"version must be 'v3.0' or 'v2.1', got {version!r}")
     _write_json(root / "meta" / "cameras.json", _cameras_json(eps))
+    _write_json(root / "meta" / SCENE_JSON, scene_json(eps))
     _write_json(root / "meta" / "info.json", info)
     return root
 
