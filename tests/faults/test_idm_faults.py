@@ -159,6 +159,25 @@ def test_a_stop_signal_after_the_last_step_exits_42_and_says_so(stopped_late, de
         assert json.loads((out / idm_train.REPORT).read_text())["step"] == 4
 
 
+def test_a_stop_signal_while_the_episodes_load_exits_42_and_the_rerun_trains(demo3, tmp_path):
+    """The other end of "exit 42 from start to end": a signal that lands while the episodes load (before any step)
+    exits 42 in one line with nothing saved, and the same command with --idm.resume auto then trains from step 0."""
+    from tests.faults.conftest import signal_runs
+    from worldtune.idm import train as idm_train
+
+    out, log = tmp_path / "run", str(tmp_path / "run.log")
+    args = ["idm", "train", "--idm.dataset", str(demo3), "--idm.out", str(out), *IDM, *LATE_RUN]
+    codes = signal_runs([("worldtune.idm.train", "load_episodes", "SIGUSR1", log, args)],
+                        "import torch, worldtune.cli, worldtune.idm.train")
+    output = Path(log).read_text()
+    assert codes[log] == 42, output[-3000:]
+    (said,) = [line for line in output.splitlines() if line.startswith("stopped by SIGUSR1")]
+    assert "at step 0: nothing trained yet" in said, said
+    assert not (out / "checkpoints").exists() and not (out / idm_train.REPORT).exists()
+    summary = idm_train.run(_cfg(demo3, out, *LATE_RUN, "--idm.resume", "auto"))
+    assert summary["steps"] == 4 and summary["first_loss"] is not None  # trained, from the start
+
+
 def test_metrics_are_trimmed_to_the_checkpoint_on_resume(demo3, tmp_path, monkeypatch):
     from worldtune.idm import train as idm_train
 
