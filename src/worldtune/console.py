@@ -9,6 +9,7 @@ its own line every `train.log_every` steps;
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -30,6 +31,9 @@ def quiet_libraries() -> None:
     here), and their progress bars off: each stage draws its own (`Progress`), and a second bar
     underneath it would only interleave. Called by the CLI only."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # torchao (the fp8 extra), imported by diffusers when installed, registers two enums the way torch 2.12+ calls
+    # deprecated: two warnings on every command that mean nothing to a user
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
     from diffusers.utils import logging as dlog
     from transformers.utils import logging as tlog
 
