@@ -360,9 +360,10 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
 
 def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
     """The sampler serve.sampler names: worldtune's (batched rollouts, fixed buffers, CUDA graphs by default on CUDA)
-    or the plain pipeline call; with serve.fp8, on the transformer's blocks turned FP8 first."""
+    or the plain pipeline call; with serve.fp8, on the transformer's blocks turned FP8 first; with serve.cache, a step
+    cache on them (models/step_cache.py)."""
     cuda = pipe._get_execution_device().type == "cuda"
-    graphs = cuda if sc.cuda_graphs is None else sc.cuda_graphs
+    graphs = cuda and sc.cache.kind == "none" if sc.cuda_graphs is None else sc.cuda_graphs
     if graphs and not cuda:
         raise ConfigError("serve.cuda_graphs = true needs a CUDA device: unset it (or set it false) on CPU")
     if sc.fp8:  # before the sampler compiles or captures anything
@@ -370,8 +371,19 @@ def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
 
         n = apply_fp8(pipe.transformer, pipe._get_execution_device(), "serve.fp8")
         print(f"serve.fp8: {n} linear layers run FP8 matmuls (frames differ from bf16's)")
+    _step_cache(pipe, sc)
     return pipeline_dynamics(pipe).chunk_sampler(pipe, fast=sc.sampler == "worldtune", cuda_graphs=graphs,
                                                  compile=sc.compile)
+
+
+def _step_cache(pipe, sc: ServeConfig) -> None:
+    """serve.cache on the transformer's blocks; the plain pipeline call and worldtune's sampler both give it its
+    steps (one cache state per guidance branch)."""
+    from worldtune.models.step_cache import apply_step_cache
+
+    label = apply_step_cache(pipe.transformer, sc.cache, "serve.cache")
+    if label:
+        print(f"serve.cache: {label} on the transformer's blocks (frames differ from the uncached model's)")
 
 
 def _max_side(cameras: CameraMap | None) -> int:
