@@ -228,9 +228,27 @@ def test_settings_are_checked():
     with pytest.raises(ValueError, match="interval must be >= 1"):
         StepCacheConfig(kind="taylorseer", interval=0)
     assert StepCacheConfig().label is None
+    from worldtune.config import load_config
+
+    assert load_config(None, ["--generate.cache.kind", "none"]).generate.cache.kind == "none"
     assert StepCacheConfig(kind="first_block", threshold=0.1).label == "first_block(threshold=0.1)"
 
 
 def test_a_transformer_without_repeated_blocks_is_a_one_line_error():
     with pytest.raises(ConfigError, match="no list of repeated blocks"):
         apply_step_cache(torch.nn.Linear(2, 2), StepCacheConfig(kind="first_block"), "generate.cache")
+
+
+def test_the_quality_benchmark_reads_its_options_as_the_config_does():
+    """benchmarks/step_cache_quality.py: each option string becomes the `--generate.cache.*` overrides a user types."""
+    from tests.benchmark_module import load_benchmark
+    from worldtune.config import load_config
+
+    bench = load_benchmark("step_cache_quality")
+    for option in bench.DEFAULT_OPTIONS:
+        cfg = load_config(None, bench.option_overrides(option)).generate.cache
+        assert cfg.label is not None and cfg.kind == option.split(":")[0]
+    cfg = load_config(None, bench.option_overrides("taylorseer:interval=3,warmup=2")).generate.cache
+    assert (cfg.interval, cfg.warmup) == (3, 2)
+    assert load_config(None, bench.option_overrides("none")).generate.cache.label is None
+    assert bench.slug("first_block:threshold=0.1") == "first_block_threshold_0.1"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from worldtune.config.section import Section
 
@@ -33,6 +33,11 @@ class StepCacheConfig(Section):
     interval: int = Field(2, description=TAYLORSEER_COST + "; 1 caches nothing")
     warmup: int = Field(3, description="taylorseer: full steps before the first extrapolated one")
     order: int = Field(1, description="taylorseer: order of the Taylor series (1: linear in the step)")
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _none(cls, v):
+        return "none" if v is None else v  # `--generate.cache.kind none` reads as None on the command line
 
     @model_validator(mode="after")
     def _check(self) -> "StepCacheConfig":
