@@ -91,11 +91,11 @@ def c3(tiny_cosmos3_dir):
     return load
 
 
-def _chunk(pipe, cache: dict | None, requests) -> tuple[list[np.ndarray], int]:
-    """The chunks serve's worldtune sampler makes with `serve.cache` (None: off), and the steps its last block ran."""
+def _chunk(pipe, cache: dict | None, requests, sampler: str = "worldtune") -> tuple[list[np.ndarray], int]:
+    """The chunks serve's sampler makes with `serve.cache` (None: off), and the steps its last block ran."""
     from worldtune.serve.world import chunk_sampler
 
-    args = ["--serve.device", "cpu"] + [a for k, v in (cache or {}).items() for a in (f"--serve.cache.{k}", str(v))]
+    args = ["--serve.device", "cpu", "--serve.sampler", sampler] + [a for k, v in (cache or {}).items() for a in (f"--serve.cache.{k}", str(v))]
     sampler = chunk_sampler(pipe, load_config(None, args).serve)
     computed = [0]
     handle = pipe.transformer.layers[-1].mlp.register_forward_pre_hook(lambda *_: computed.__setitem__(0, computed[0] + 1))
@@ -115,20 +115,23 @@ def _requests(n: int, steps: int):
                          "Put the red cube on the blue one.", s, steps, 3.0, TIER, "ego_view", 15.0) for s in range(n)]
 
 
-@pytest.mark.parametrize("nothing", [{"kind": "taylorseer", "interval": 1}, {"kind": "first_block", "threshold": 0}])
-def test_serve_cache_that_caches_nothing_gives_the_uncached_chunks(c3, one_thread, nothing):
+@pytest.mark.parametrize("nothing,sampler", [({"kind": "taylorseer", "interval": 1}, "worldtune"),
+                                             ({"kind": "first_block", "threshold": 0}, "worldtune"),
+                                             ({"kind": "first_block", "threshold": 0}, "pipeline")])
+def test_serve_cache_that_caches_nothing_gives_the_uncached_chunks(c3, one_thread, nothing, sampler):
     requests = _requests(2, 4)
-    ref, full = _chunk(c3(), None, requests)
-    got, computed = _chunk(c3(), nothing, requests)
-    assert computed == full == 4 * 2  # steps x guidance branches, both rollouts in one call each
+    ref, full = _chunk(c3(), None, requests, sampler)
+    got, computed = _chunk(c3(), nothing, requests, sampler)
+    assert computed == full == 4 * 2 * (1 if sampler == "worldtune" else 2)  # steps x branches (x rollouts: pipeline)
     for a, b in zip(got, ref):
         np.testing.assert_array_equal(a, b)
 
 
-def test_serve_cache_skips_steps_and_moves_the_frames(c3, one_thread):
+@pytest.mark.parametrize("sampler", ["worldtune", "pipeline"])
+def test_serve_cache_skips_steps_and_moves_the_frames(c3, one_thread, sampler):
     requests = _requests(1, 6)
-    ref, full = _chunk(c3(), None, requests)
-    got, computed = _chunk(c3(), {"kind": "taylorseer", "interval": 2, "warmup": 2}, requests)
+    ref, full = _chunk(c3(), None, requests, sampler)
+    got, computed = _chunk(c3(), {"kind": "taylorseer", "interval": 2, "warmup": 2}, requests, sampler)
     assert computed < full
     assert np.abs(got[0].astype(int) - ref[0]).mean() > 0
 
