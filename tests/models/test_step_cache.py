@@ -252,3 +252,32 @@ def test_the_quality_benchmark_reads_its_options_as_the_config_does():
     assert (cfg.interval, cfg.warmup) == (3, 2)
     assert load_config(None, bench.option_overrides("none")).generate.cache.label is None
     assert bench.slug("first_block:threshold=0.1") == "first_block_threshold_0.1"
+
+
+def test_a_cache_on_compiled_blocks_gives_the_eager_blocks_latents(predict, one_thread):
+    """`worldtune generate` on CUDA compiles the blocks, then puts the cache on them: the cache's hooks run inside
+    the compiled call (dynamo breaks the graph at the cache's decision, which diffusers keeps out of compile), and
+    the latents are those of the cache on eager blocks. The eager backend stands in for inductor on the CPU."""
+    base, embed = predict
+    latents = []
+    for compiled in (False, True):
+        pipe = copy.copy(base)
+        pipe.transformer = copy.deepcopy(base.transformer)
+        if compiled:
+            for block in pipe.transformer.transformer_blocks:
+                block.compile(backend="eager")
+        apply_step_cache(pipe.transformer, cache("first_block", threshold=0.5), "generate.cache")
+        last = Computed(pipe.transformer.transformer_blocks[-1].ff)
+        latents.append(_predict_latents(pipe, embed))
+        assert 0 < last.n < STEPS
+    assert torch.equal(latents[1], latents[0])
+
+
+def test_the_quality_benchmark_pairs_own_and_other_actions_per_clip():
+    """benchmarks/step_cache_quality.py: the action sensitivity is own - other actions of the same clip and seed."""
+    from tests.benchmark_module import load_benchmark
+
+    bench = load_benchmark("step_cache_quality")
+    s = {"fd": {"dynamic_psnr": {("a", 0): 20.0, ("b", 0): 21.0}},
+         "fd+other_actions": {"dynamic_psnr": {("b", 0): 20.5, ("a", 0): 19.0, ("c", 0): 1.0}}}
+    assert bench.sensitivity(s, "fd") == {("a", 0): 1.0, ("b", 0): 0.5}
