@@ -80,11 +80,14 @@ def slug(option: str) -> str:
 
 class ComputedSteps:
     """Counts the calls in which the transformer's last block really computed (a cache-skipped block's hook never
-    calls the block's own submodules), by a hook on that block's last child, put on when generation sets up."""
+    calls the block's own submodules), by a hook on that block's last child, and the seconds spent in the
+    transformer's calls; put on when generation sets up."""
 
     def __init__(self) -> None:
         self.n = 0
         self.transformer = None
+        self.seconds = 0.0
+        self._t0 = 0.0
 
     def install(self, transformer) -> None:
         from worldtune.models.speed import repeated_blocks
@@ -94,6 +97,9 @@ class ComputedSteps:
         self.transformer = transformer
         last_child = list(repeated_blocks(transformer)[-1].children())[-1]
         last_child.register_forward_pre_hook(lambda *_: setattr(self, "n", self.n + 1))
+        transformer.register_forward_pre_hook(lambda *_: setattr(self, "_t0", time.perf_counter()))
+        transformer.register_forward_hook(
+            lambda *_: setattr(self, "seconds", self.seconds + time.perf_counter() - self._t0))
 
 
 def generate_with(cfg, counter: ComputedSteps) -> None:
@@ -319,9 +325,10 @@ def cosmos3_section(demo: Path, options: list[str], max_inputs: int | None) -> d
 
 
 # -------------------------------------------------------------------------------------------- timing
-def timed_run(family: str, demo: Path, option: str, folder: Path, inputs: int) -> tuple[list[float], float | None]:
+def timed_run(family: str, demo: Path, option: str, folder: Path, inputs: int) -> dict[str, Any]:
     """One generation run of `inputs` held-out inputs with `option` into `folder` (made anew): the seconds of each
-    video after the first, and the computed-call fraction."""
+    video after the first, the transformer's seconds per video (its calls only: what a cache saves, without the
+    VAE and the text encoder), and the computed-call fraction."""
     import shutil
 
     from worldtune.eval.dynamics import generate_under_actions
@@ -339,27 +346,42 @@ def timed_run(family: str, demo: Path, option: str, folder: Path, inputs: int) -
         ac = cfg.evaluate.actions
         calls_per_video = ac.steps * (2 if ac.guidance > 1 else 1)
     times = [float(r["elapsed_s"]) for r in model_rows(gen_dir)]
-    return times[1:], round(counter.n / (len(times) * calls_per_video), 4) if times else None
+    return {"video_s": times[1:], "transformer_s": counter.seconds / max(len(times), 1),
+            "computed_fraction": round(counter.n / (len(times) * calls_per_video), 4) if times else None}
 
 
 def timing_section(demos: dict[str, Path], options: list[str], rounds: int, inputs: int) -> dict[str, Any]:
     """Seconds per video, each option against no cache, the runs interleaved: round r runs every option once."""
     out: dict[str, Any] = {"rounds": rounds, "inputs_per_run": inputs,
-                           "what": "median seconds per video over the rounds' videos (each run's first video left "
-                                   "out), runs interleaved round by round; speedup = uncached / option"}
+                           "what": "per option over the interleaved rounds: median and lowest seconds per video (each "
+                                   "run's first video left out) and the median over runs of the transformer's "
+                                   "seconds per video; speedups = uncached / option"}
     for family, demo in demos.items():
-        times: dict[str, list[float]] = {o: [] for o in ["none", *options]}
-        computed: dict[str, float | None] = {}
+        runs: dict[str, list[dict]] = {o: [] for o in ["none", *options]}
         for r in range(rounds):
-            for option in times:
-                t, computed[option] = timed_run(family, demo, option, demo / "timing_cache" / f"r{r}_{slug(option)}",
-                                                inputs)
-                times[option] += t
-        base = float(np.median(times["none"]))
-        out[family] = [{"option": o, "videos": len(t), "s_per_video": round(float(np.median(t)), 3),
-                        "speedup_vs_uncached": round(base / float(np.median(t)), 3), "computed_fraction": computed[o]}
-                       for o, t in times.items()]
-        print(json.dumps({family: out[family]}))
+            for option in runs:
+                runs[option].append(timed_run(family, demo, option, demo / "timing_cache" / f"r{r}_{slug(option)}",
+                                              inputs))
+
+        def figures(option: str) -> tuple[float, float, float]:
+            videos = [t for run in runs[option] for t in run["video_s"]]
+            return (float(np.median(videos)), float(min(videos)),
+                    float(np.median([run["transformer_s"] for run in runs[option]])))
+
+        base = figures("none")
+        rows = []
+        for option in runs:
+            got = figures(option)
+            rows.append({"option": option, "videos": sum(len(run["video_s"]) for run in runs[option]),
+                         "s_per_video": round(got[0], 3), "s_per_video_min": round(got[1], 3),
+                         "transformer_s_per_video": round(got[2], 3),
+                         "speedup_vs_uncached": round(base[0] / got[0], 3),
+                         "speedup_min_vs_uncached": round(base[1] / got[1], 3),
+                         "transformer_speedup_vs_uncached": round(base[2] / got[2], 3),
+                         "computed_fraction": runs[option][-1]["computed_fraction"],
+                         "per_round_s_per_video": [round(float(np.median(run["video_s"])), 3) for run in runs[option]]})
+        out[family] = rows
+        print(json.dumps({family: rows}))
     return out
 
 
