@@ -75,6 +75,47 @@ def test_the_pipeline_sampler_of_predict_is_a_one_line_error(tiny_model_dir, inp
         run(_cfg(tiny_model_dir, inputs, tmp_path / "o", sampler="pipeline", cache={"kind": "first_block"}))
 
 
+def _computed_run(cfg: WorldtuneConfig) -> int:
+    """`run(cfg)`; the calls in which the transformer's last block computed (a hook put on as generation sets up)."""
+    import worldtune.infer.generate as gen
+    from worldtune.models.speed import repeated_blocks
+
+    computed = [0]
+    original = gen._step_cache
+
+    def counted(transformer, g, s):
+        last = list(repeated_blocks(transformer)[-1].children())[-1]
+        last.register_forward_pre_hook(lambda *_: computed.__setitem__(0, computed[0] + 1))
+        return original(transformer, g, s)
+
+    gen._step_cache = counted
+    try:
+        run(cfg)
+    finally:
+        gen._step_cache = original
+    return computed[0]
+
+
+def test_cosmos3_generate_caches_through_the_pipeline_call(tiny_cosmos3_dir, inputs, tmp_path, one_thread):
+    """Cosmos 3 generates through its pipeline call, which gives the cache its steps and branches: a setting that
+    caches nothing writes the uncached frames on every call, a caching one skips calls and moves the frames."""
+    def cfg(name: str, **gen) -> WorldtuneConfig:
+        return _cfg(tiny_cosmos3_dir, inputs, tmp_path / name, mode="image2world", **gen)
+
+    full = _computed_run(cfg("plain"))
+    assert full == 2 * STEPS  # cond and uncond every step
+    videos = {}
+    for name, cache in (("plain", None), ("nothing", {"kind": "first_block", "threshold": 0.0}),
+                        ("caching", {"kind": "taylorseer", "interval": 3, "warmup": 2})):
+        if cache:
+            computed = _computed_run(cfg(name, cache=cache))
+            assert computed == full if name == "nothing" else 0 < computed < full
+        (row,) = _rows(tmp_path / name)
+        videos[name] = read_frames(tmp_path / name / row["video"]).astype(int)
+    np.testing.assert_array_equal(videos["nothing"], videos["plain"])
+    assert np.abs(videos["caching"] - videos["plain"]).mean() > 0
+
+
 # ---------------------------------------------------------------------------------------------- serve
 K, TIER = 8, 256
 

@@ -281,3 +281,22 @@ def test_the_quality_benchmark_pairs_own_and_other_actions_per_clip():
     s = {"fd": {"dynamic_psnr": {("a", 0): 20.0, ("b", 0): 21.0}},
          "fd+other_actions": {"dynamic_psnr": {("b", 0): 20.5, ("a", 0): 19.0, ("c", 0): 1.0}}}
     assert bench.sensitivity(s, "fd") == {("a", 0): 1.0, ("b", 0): 0.5}
+
+
+def test_diffusers_taylorseer_defaults_still_skip_nothing_on_cosmos3(cosmos3, one_thread):
+    """diffusers 0.42.1's TaylorSeer defaults look for modules named like other DiTs' attention blocks, which Cosmos 3
+    has none of: every call computes and the latents are the uncached ones (why models/step_cache.py builds the
+    patterns from the transformer's own block list). When this fails, diffusers matches Cosmos 3 by itself."""
+    from diffusers import TaylorSeerCacheConfig
+
+    last = Computed(cosmos3.transformer.layers[-1].mlp)
+    try:
+        ref = _cosmos3_latents(cosmos3)
+        cosmos3.transformer.enable_cache(TaylorSeerCacheConfig())
+        last.n = 0
+        got = _cosmos3_latents(cosmos3)
+    finally:
+        cosmos3.transformer.disable_cache()
+        last.handle.remove()
+    assert last.n == 2 * STEPS
+    assert torch.equal(got, ref)
