@@ -180,3 +180,15 @@ def test_serve_cache_skips_steps_and_moves_the_frames(c3, one_thread, sampler):
 def test_serve_cache_with_cuda_graphs_is_a_one_line_error():
     with pytest.raises(ConfigError, match="set serve.cuda_graphs = false"):
         load_config(None, ["--serve.cache.kind", "first_block", "--serve.cuda_graphs", "true"])
+
+
+@pytest.mark.parametrize("sampler", ["worldtune", "pipeline"])
+def test_predict2_is_a_one_line_error_that_names_the_cache(tmp_path, inputs, sampler):
+    """Predict2 always runs its pipeline, which gives a cache no steps: the error must not send the user to a sampler
+    setting that does not apply to it."""
+    from worldtune.models.load import init_model_dir
+
+    model_dir = init_model_dir("tiny-predict2", tmp_path / "tiny-predict2")
+    with pytest.raises(GenerationError, match="runs no step cache; set generate.cache.kind") as err:
+        run(_cfg(model_dir, inputs, tmp_path / "o", sampler=sampler, cache={"kind": "first_block"}))
+    assert "generate.sampler" not in str(err.value)

@@ -278,7 +278,7 @@ def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.dev
                     batch_guidance=multiview or ours and g.batch_guidance,
                     dtype=str(pipe.transformer.dtype).split(".")[-1], device=str(device),
                     compile=cuda if g.compile is None else g.compile and cuda, fused_adaln=ours and g.fused_adaln,
-                    fp8=g.fp8, cache=_cache_label(g, pipe, ours, multiview))
+                    fp8=g.fp8, cache=_cache_label(g, pipe, ours, multiview, family.own_sampler))
 
 
 def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings, dynamic: bool | None) -> None:
@@ -308,7 +308,7 @@ def _fp8(transformer: torch.nn.Module, option: str) -> None:
     plain(f"{option}: {n} linear layers run FP8 matmuls (frames differ from bf16's)")
 
 
-def _cache_label(g: GenerateConfig, pipe, ours: bool, multiview: bool) -> str | None:
+def _cache_label(g: GenerateConfig, pipe, ours: bool, multiview: bool, own_sampler: bool) -> str | None:
     """The step cache's label, refused with one line where the sampler would not give the cache its steps: the
     multi-view loop, and a pipeline call whose transformer diffusers offers no caches (no `cache_context`)."""
     label = g.cache.label
@@ -318,8 +318,9 @@ def _cache_label(g: GenerateConfig, pipe, ours: bool, multiview: bool) -> str | 
         raise GenerationError("generate.cache: the multi-view model runs no step cache; set generate.cache.kind = "
                               "\"none\"")
     if not ours and not hasattr(pipe.transformer, "cache_context"):
-        raise GenerationError(f"generate.cache: {type(pipe).__name__} runs no step cache; set generate.sampler = "
-                              f"\"worldtune\" (or generate.cache.kind = \"none\")")
+        fix = ("set generate.sampler = \"worldtune\" (or generate.cache.kind = \"none\")" if own_sampler
+               else "set generate.cache.kind = \"none\" (this model family has only its pipeline)")
+        raise GenerationError(f"generate.cache: {type(pipe).__name__} runs no step cache; {fix}")
     return label
 
 
