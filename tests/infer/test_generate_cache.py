@@ -132,11 +132,13 @@ def c3(tiny_cosmos3_dir):
     return load
 
 
-def _chunk(pipe, cache: dict | None, requests, sampler: str = "worldtune") -> tuple[list[np.ndarray], int]:
+def _chunk(pipe, cache: dict | None, requests, sampler: str = "worldtune", extra: tuple[str, ...] = ()
+           ) -> tuple[list[np.ndarray], int]:
     """The chunks serve's sampler makes with `serve.cache` (None: off), and the steps its last block ran."""
     from worldtune.serve.world import chunk_sampler
 
-    args = ["--serve.device", "cpu", "--serve.sampler", sampler] + [a for k, v in (cache or {}).items() for a in (f"--serve.cache.{k}", str(v))]
+    args = ["--serve.device", "cpu", "--serve.sampler", sampler, *extra] + [
+        a for k, v in (cache or {}).items() for a in (f"--serve.cache.{k}", str(v))]
     sampler = chunk_sampler(pipe, load_config(None, args).serve)
     computed = [0]
     handle = pipe.transformer.layers[-1].mlp.register_forward_pre_hook(lambda *_: computed.__setitem__(0, computed[0] + 1))
@@ -192,3 +194,16 @@ def test_predict2_is_a_one_line_error_that_names_the_cache(tmp_path, inputs, sam
     with pytest.raises(GenerationError, match="runs no step cache; set generate.cache.kind") as err:
         run(_cfg(model_dir, inputs, tmp_path / "o", sampler=sampler, cache={"kind": "first_block"}))
     assert "generate.sampler" not in str(err.value)
+
+
+def test_serve_cache_keeps_its_hooks_under_serve_fp8(c3, one_thread):
+    """serve.fp8 turns the blocks' linears float8 after the cache is put on the blocks: a setting that caches nothing
+    gives serve.fp8's chunks, a caching one still skips steps."""
+    requests = _requests(1, 6)
+    fp8 = ("--serve.fp8", "true")
+    ref, full = _chunk(c3(), None, requests, extra=fp8)
+    got, computed = _chunk(c3(), {"kind": "first_block", "threshold": 0}, requests, extra=fp8)
+    assert computed == full
+    np.testing.assert_array_equal(got[0], ref[0])
+    _, computed = _chunk(c3(), {"kind": "taylorseer", "interval": 2, "warmup": 2}, requests, extra=fp8)
+    assert computed < full

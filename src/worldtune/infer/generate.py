@@ -77,11 +77,13 @@ class Settings:
     compile: bool
     fused_adaln: bool
     fp8: bool = False  # FP8 matmuls (models/fp8.py): other frames, so part of each output's hash
-    cache: str | None = None  # the step cache's label (models/step_cache.py): other frames, part of the hash when on
 
     @property
     def cond_pixel_frames(self) -> int:
         return 4 * (self.cond_latent_frames - 1) + 1
+
+    # the step cache's label (models/step_cache.py): other frames, so part of the hash when on
+    cache: str | None = None
 
 
 @dataclass(frozen=True)

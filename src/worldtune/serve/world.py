@@ -360,25 +360,25 @@ def load_world(cfg: WorldtuneConfig) -> WorldModel:
 
 def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
     """The sampler serve.sampler names: worldtune's (batched rollouts, fixed buffers, CUDA graphs by default on CUDA)
-    or the plain pipeline call; with serve.fp8, on the transformer's blocks turned FP8 first; with serve.cache, a step
-    cache on them (models/step_cache.py)."""
+    or the plain pipeline call; with serve.fp8, on the transformer's blocks turned FP8 first."""
     cuda = pipe._get_execution_device().type == "cuda"
     graphs = cuda and sc.cache.kind == "none" if sc.cuda_graphs is None else sc.cuda_graphs
     if graphs and not cuda:
         raise ConfigError("serve.cuda_graphs = true needs a CUDA device: unset it (or set it false) on CPU")
+    _step_cache(pipe, sc)  # serve.cache: hooks on the blocks, which serve.fp8 below leaves in place
     if sc.fp8:  # before the sampler compiles or captures anything
         from worldtune.models.fp8 import apply_fp8
 
         n = apply_fp8(pipe.transformer, pipe._get_execution_device(), "serve.fp8")
         print(f"serve.fp8: {n} linear layers run FP8 matmuls (frames differ from bf16's)")
-    _step_cache(pipe, sc)
     return pipeline_dynamics(pipe).chunk_sampler(pipe, fast=sc.sampler == "worldtune", cuda_graphs=graphs,
                                                  compile=sc.compile)
 
 
 def _step_cache(pipe, sc: ServeConfig) -> None:
-    """serve.cache on the transformer's blocks; the plain pipeline call and worldtune's sampler both give it its
-    steps (one cache state per guidance branch)."""
+    """serve.cache on the transformer's blocks (models/step_cache.py), before the sampler compiles or captures
+    anything; the plain pipeline call and worldtune's sampler both give it its steps (one state per guidance
+    branch)."""
     from worldtune.models.step_cache import apply_step_cache
 
     label = apply_step_cache(pipe.transformer, sc.cache, "serve.cache")
