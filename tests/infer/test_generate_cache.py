@@ -201,7 +201,10 @@ def test_serve_cache_keeps_its_hooks_under_serve_fp8(c3, one_thread):
     gives serve.fp8's chunks, a caching one still skips steps."""
     requests = _requests(1, 6)
     fp8 = ("--serve.fp8", "true")
-    ref, full = _chunk(c3(), None, requests, extra=fp8)
+    try:
+        ref, full = _chunk(c3(), None, requests, extra=fp8)
+    except ConfigError as e:  # a float8 backend that needs a GPU says so in one line
+        pytest.skip(f"serve.fp8 does not run here: {e}")
     got, computed = _chunk(c3(), {"kind": "first_block", "threshold": 0}, requests, extra=fp8)
     assert computed == full
     np.testing.assert_array_equal(got[0], ref[0])
