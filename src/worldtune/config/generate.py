@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from worldtune.config.section import FP8_DESCRIPTION, Section, _check_4k1
+from worldtune.config.step_cache import StepCacheConfig
 
 
 class AdapterSpec(Section):
@@ -59,6 +60,8 @@ class GenerateConfig(Section):
     device: str = Field("auto", description="auto = cuda:<LOCAL_RANK> when CUDA is available, else cpu")
     cond_timestep: float = Field(1e-4, description="timestep of the clean conditioning frames (Predict2.5)")
     max_sequence_length: int | None = Field(None, description="text tokens; None = the model's")
+    cache: StepCacheConfig = Field(default_factory=StepCacheConfig, description="a step cache on the transformer's "
+                                   "blocks (kind = first_block or taylorseer): a labelled speed option, frames differ")
     baselines: list[Literal["first_frame", "vae_round_trip"]] = Field(
         default_factory=lambda: ["first_frame", "vae_round_trip"],
         description="baseline rows written beside the models' videos: first_frame (the conditioning frame held, no "

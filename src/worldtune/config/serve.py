@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from worldtune.config.section import FP8_DESCRIPTION, Section
+from worldtune.config.step_cache import StepCacheConfig
 from worldtune.config.train import ACTION_TIERS
 
 
@@ -112,7 +113,8 @@ class ServeConfig(Section):
         "clients that step together generated in one transformer call (each client gets what a lone call gives); "
         "pipeline: the plain pipeline call, one chunk at a time")
     cuda_graphs: bool | None = Field(None, description="worldtune sampler: capture each transformer call shape as a "
-                                     "CUDA graph on its first chunk and replay it after; None = on CUDA")
+                                     "CUDA graph on its first chunk and replay it after; None = on CUDA unless "
+                                     "serve.cache is on (a cache decides on the host, which a graph cannot replay)")
     compile: bool = Field(False, description="worldtune sampler: torch.compile the transformer's decoder layers (the "
                           "first chunk of each shape compiles first)")
     fp8: bool = Field(False, description=FP8_DESCRIPTION)
@@ -120,6 +122,9 @@ class ServeConfig(Section):
                            "one batch")
     batch_window: float = Field(0.005, description="seconds a step waits for other clients' steps to join its batch "
                                 "(0 = only steps already waiting join)")
+    cache: StepCacheConfig = Field(default_factory=StepCacheConfig, description="a step cache on the transformer's "
+                                   "blocks for every chunk (kind = first_block or taylorseer): a labelled speed "
+                                   "option, frames differ; not with serve.cuda_graphs = true")
     judge: ServeJudgeConfig = Field(default_factory=ServeJudgeConfig, description="score each recorded rollout "
                                     "with a VLM judge (success, progress) when serve.judge.endpoint is set")
 
@@ -144,6 +149,9 @@ class ServeConfig(Section):
         if self.sampler == "pipeline" and (self.cuda_graphs or self.compile):
             raise ValueError("serve.cuda_graphs and serve.compile apply to serve.sampler = \"worldtune\": set that "
                              "sampler or turn them off")
+        if self.cuda_graphs and self.cache.kind != "none":
+            raise ValueError("serve.cache decides per step on the host, which a CUDA graph cannot replay: set "
+                             "serve.cuda_graphs = false (or serve.cache.kind = \"none\")")
         if self.batch_window < 0:
             raise ValueError(f"serve.batch_window must be >= 0 seconds, got {self.batch_window}")
         for name in ("max_rollouts", "idle_timeout", "request_timeout", "max_batch"):

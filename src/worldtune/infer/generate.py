@@ -82,6 +82,9 @@ class Settings:
     def cond_pixel_frames(self) -> int:
         return 4 * (self.cond_latent_frames - 1) + 1
 
+    # the step cache's label (models/step_cache.py): other frames, so part of the hash when on
+    cache: str | None = None
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -151,6 +154,7 @@ def run(cfg: WorldtuneConfig) -> Path:
                 with setting_up(stage, f"loading {len(adapters)} adapters"):
                     load_adapters(pipe.transformer, adapters)
             _speed_up(pipe.transformer, g, settings, family.compile_dynamic)
+            _step_cache(pipe.transformer, g, settings)
             _speed_up_vae(pipe.vae, g, device)
             if settings.compile:
                 plain(f"{stage}: torch.compile is on: the first video of each shape compiles the model first")
@@ -276,7 +280,7 @@ def _settings(g: GenerateConfig, spec, inputs: InputSet, pipe, device: torch.dev
                     batch_guidance=multiview or ours and g.batch_guidance,
                     dtype=str(pipe.transformer.dtype).split(".")[-1], device=str(device),
                     compile=cuda if g.compile is None else g.compile and cuda, fused_adaln=ours and g.fused_adaln,
-                    fp8=g.fp8)
+                    fp8=g.fp8, cache=_cache_label(g, pipe, ours, multiview, family.own_sampler))
 
 
 def _speed_up(transformer: torch.nn.Module, g: GenerateConfig, s: Settings, dynamic: bool | None) -> None:
@@ -307,6 +311,35 @@ def _fp8(transformer: torch.nn.Module, option: str) -> None:
     plain(f"{option}: {n} linear layers run float8 matmuls through torchao (frames differ from bf16's)")
 
 
+def _cache_label(g: GenerateConfig, pipe, ours: bool, multiview: bool, own_sampler: bool) -> str | None:
+    """The step cache's label, refused with one line where the sampler would not give the cache its steps: the
+    multi-view loop, and a pipeline call whose transformer diffusers offers no caches (no `cache_context`)."""
+    label = g.cache.label
+    if label is None:
+        return None
+    if multiview:
+        raise GenerationError("generate.cache: the multi-view model runs no step cache; set generate.cache.kind = "
+                              "\"none\"")
+    if not ours and not hasattr(pipe.transformer, "cache_context"):
+        fix = ("set generate.sampler = \"worldtune\" (or generate.cache.kind = \"none\")" if own_sampler
+               else "set generate.cache.kind = \"none\" (this model family has only its pipeline)")
+        raise GenerationError(f"generate.cache: {type(pipe).__name__} runs no step cache; {fix}")
+    return label
+
+
+def _step_cache(transformer: torch.nn.Module, g: GenerateConfig, s: Settings) -> None:
+    """diffusers' step cache on the blocks (models/step_cache.py), after the speed switches have set their class."""
+    from worldtune.models.step_cache import apply_step_cache
+
+    if s.cache is None:
+        return
+    try:
+        apply_step_cache(transformer, g.cache, "generate.cache")
+    except ConfigError as e:
+        raise GenerationError(str(e)) from None
+    plain(f"generate.cache: {s.cache} on the transformer's blocks (frames differ from the uncached model's)")
+
+
 def _speed_up_vae(vae: torch.nn.Module, g: GenerateConfig, device: torch.device) -> None:
     """cuDNN's kernel search for the VAE's convolutions (generate.cudnn_benchmark) and a compiled VAE decoder
     (generate.compile_vae), on CUDA only: both compute the same convolutions, within floating-point tolerance."""
@@ -332,6 +365,8 @@ def _params_hash(variant: Variant, item: GenerationInput, seed: int, s: Settings
     }
     if not s.fp8:
         del key["fp8"]  # off: outputs made before the option existed keep their hash
+    if s.cache is None:
+        del key["cache"]
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -579,7 +614,7 @@ def _write_outputs(out: Path, job: Job, video: np.ndarray, view_frames: dict[str
         "adapter": str(a.path) if a else None, "adapter_scale": a.scale if a else None,
         "fused": bool(cfg.generate.fuse and a), "transformer": cfg.generate.transformer,
         "base_model": cfg.model.path or cfg.model.name, "base_fingerprint": base_fp,
-        **{k: getattr(s, k) for k in SPEED_SETTINGS}, "dtype": s.dtype, "fp8": s.fp8,
+        **{k: getattr(s, k) for k in SPEED_SETTINGS}, "dtype": s.dtype, "fp8": s.fp8, "cache": s.cache,
         "elapsed_s": round(elapsed, 3), "params_hash": job.params_hash,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -633,7 +668,8 @@ def _print_plan(inputs: InputSet, mine, variants, jobs, resumed, rank: int, worl
         f"[bold]generate[/] {len(inputs.items)} inputs from {inputs.source} ({inputs.kind}); process {rank}/{world} "
         f"has {len(mine)}; models: {', '.join(v.label for v in variants)}; {len(jobs)} videos to make, "
         f"{len(resumed)} already done; {s.mode} {s.height}x{s.width}x{s.num_frames} (HxWxF) @ {s.fps:g} fps, "
-        f"{s.steps} steps, guidance {s.guidance:g}, {s.sampler} sampler, {s.dtype} on {s.device}")
+        f"{s.steps} steps, guidance {s.guidance:g}, {s.sampler} sampler, {s.dtype} on {s.device}"
+        + (f", step cache {s.cache}" if s.cache else ""))
     if baseline_labels:
         console.print(f"baselines: {', '.join(baseline_labels)}; {len(base_jobs)} rows to write, "
                       f"{len(base_resumed)} already done")

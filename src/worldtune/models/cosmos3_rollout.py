@@ -227,16 +227,38 @@ class Cosmos3ChunkSampler(ChunkSampler):
 
     def denoise(self, chunks: list[PreparedChunk]) -> None:
         """The pipeline's loop for chunks of one step count and guidance: per step, one call per guidance branch
-        for every chunk whose packed sequence has that branch's shape."""
+        for every chunk whose packed sequence has that branch's shape. With a step cache (serve.cache), every such
+        call keeps a cache state of its own, and the chunks start with an empty cache."""
         from worldtune.models.cosmos3_batch import call_grouped
+        from worldtune.models.step_cache import reset_step_cache
 
         guided = chunks[0].request.guidance != 1.0  # the pipeline's do_classifier_free_guidance
         model = self.pipe.transformer
+        steps = len(chunks[0].scheduler.timesteps)
+        reset_step_cache(model)
         with unchecked_domain_ids(self._projections):
             for i, t in enumerate(chunks[0].scheduler.timesteps):
                 timestep = chunks[0].timesteps_host[i].item()
-                cond = call_grouped(model, [c.kwargs("cond", timestep) for c in chunks], call=self.call)
-                uncond = (call_grouped(model, [c.kwargs("uncond", timestep) for c in chunks], call=self.call)
-                          if guided else [None] * len(chunks))
+                cond = call_grouped(model, [c.kwargs("cond", timestep) for c in chunks],
+                                    call=self._branch_call("cond", i, steps))
+                uncond = (call_grouped(model, [c.kwargs("uncond", timestep) for c in chunks],
+                                       call=self._branch_call("uncond", i, steps)) if guided else [None] * len(chunks))
                 for c, co, un in zip(chunks, cond, uncond):
                     c.step(t, co[0], un[0] if un is not None else None)
+        reset_step_cache(model)
+
+    def _branch_call(self, branch: str, step: int, steps: int):
+        """`self.call`, each call of one step and branch (one per packed shape, in the same order every step) in its
+        own step-cache state; `self.call` itself without a step cache."""
+        from worldtune.models.step_cache import has_step_cache, step_context
+
+        model = self.pipe.transformer
+        if not has_step_cache(model):
+            return self.call
+        calls = iter(range(1 << 30))
+
+        def call(**kwargs):
+            with step_context(model, f"{branch}/{next(calls)}", step, steps):
+                return self.call(**kwargs)
+
+        return call

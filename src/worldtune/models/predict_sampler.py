@@ -86,8 +86,14 @@ def prepare(pipe, frames: np.ndarray | None, noise: torch.Tensor, num_frames: in
 def denoise(pipe, cond: Conditioning, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.Tensor | None,
             steps: int, guidance: float, cond_timestep: float = 1e-4, batch_guidance: bool = True,
             on_step=None) -> torch.Tensor:
-    """Run the sampling loop; returns the final (normalised) latents, float32."""
+    """Run the sampling loop; returns the final (normalised) latents, float32.
+
+    With a step cache on the transformer (models/step_cache.py), each guidance branch's calls are one cache state
+    (the batch-2 call is one), and the cache starts empty for every video."""
+    from worldtune.models.step_cache import reset_step_cache, step_context
+
     transformer, scheduler = pipe.transformer, pipe.scheduler
+    reset_step_cache(transformer)
     device, dtype = cond.latents.device, transformer.dtype
     use_cfg = guidance > 1.0
     height, width = (s * pipe.vae_scale_factor_spatial for s in cond.latents.shape[-2:])
@@ -103,20 +109,23 @@ def denoise(pipe, cond: Conditioning, prompt_embeds: torch.Tensor, negative_prom
         t_in = cond.cond_indicator * cond_timestep + (1 - cond.cond_indicator) * sigma.view(1, 1, 1, 1, 1)
         x_in = (m * cond.cond_latents + (1 - m) * latents).to(dtype)
 
-        def dit(x, mask, tt, emb):
-            return transformer(hidden_states=x, condition_mask=mask, timestep=tt, encoder_hidden_states=emb,
-                               padding_mask=padding_mask, return_dict=False)[0]
+        def dit(x, mask, tt, emb, branch):
+            with step_context(transformer, branch, i, steps):
+                return transformer(hidden_states=x, condition_mask=mask, timestep=tt, encoder_hidden_states=emb,
+                                   padding_mask=padding_mask, return_dict=False)[0]
 
         if use_cfg and batch_guidance:
-            out = dit(x_in.expand(2, -1, -1, -1, -1), m.expand(2, -1, -1, -1, -1), t_in.expand(2, -1, -1, -1, -1), text)
+            out = dit(x_in.expand(2, -1, -1, -1, -1), m.expand(2, -1, -1, -1, -1), t_in.expand(2, -1, -1, -1, -1), text,
+                      "guided")
             v_pos, v_neg = (v_gt + o * (1 - m) for o in out.chunk(2))
         else:
-            v_pos = v_gt + dit(x_in, m, t_in, text) * (1 - m)
-            v_neg = v_gt + dit(x_in, m, t_in, negative_prompt_embeds.to(device)) * (1 - m) if use_cfg else None
+            v_pos = v_gt + dit(x_in, m, t_in, text, "cond") * (1 - m)
+            v_neg = v_gt + dit(x_in, m, t_in, negative_prompt_embeds.to(device), "uncond") * (1 - m) if use_cfg else None
         v = v_pos + guidance * (v_pos - v_neg) if use_cfg else v_pos
         latents = scheduler.step(v, t, latents, return_dict=False)[0]
         if on_step is not None:
             on_step(i)
+    reset_step_cache(transformer)  # the cached tensors are freed with the video
     return latents
 
 

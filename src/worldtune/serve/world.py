@@ -364,9 +364,10 @@ def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
     """The sampler serve.sampler names: worldtune's (batched rollouts, fixed buffers, CUDA graphs by default on CUDA)
     or the plain pipeline call; with serve.fp8, on the transformer's blocks turned float8 first (torchao)."""
     cuda = pipe._get_execution_device().type == "cuda"
-    graphs = cuda if sc.cuda_graphs is None else sc.cuda_graphs
+    graphs = cuda and sc.cache.kind == "none" if sc.cuda_graphs is None else sc.cuda_graphs
     if graphs and not cuda:
         raise ConfigError("serve.cuda_graphs = true needs a CUDA device: unset it (or set it false) on CPU")
+    _step_cache(pipe, sc)  # serve.cache: hooks on the blocks, which serve.fp8 below leaves in place
     if sc.fp8:  # before the sampler compiles or captures anything
         from worldtune.models.float8 import quantize_blocks
 
@@ -374,6 +375,17 @@ def chunk_sampler(pipe, sc: ServeConfig) -> ChunkSampler:
         print(f"serve.fp8: {n} linear layers run float8 matmuls through torchao (frames differ from bf16's)")
     return pipeline_dynamics(pipe).chunk_sampler(pipe, fast=sc.sampler == "worldtune", cuda_graphs=graphs,
                                                  compile=sc.compile)
+
+
+def _step_cache(pipe, sc: ServeConfig) -> None:
+    """serve.cache on the transformer's blocks (models/step_cache.py), before the sampler compiles or captures
+    anything; the plain pipeline call and worldtune's sampler both give it its steps (one state per guidance
+    branch)."""
+    from worldtune.models.step_cache import apply_step_cache
+
+    label = apply_step_cache(pipe.transformer, sc.cache, "serve.cache")
+    if label:
+        print(f"serve.cache: {label} on the transformer's blocks (frames differ from the uncached model's)")
 
 
 def _max_side(cameras: CameraMap | None) -> int:
