@@ -2,6 +2,7 @@
 model's grid clips, and how much of it survives the model's VAE, for the scene's grey arm and its bold one.
 
     .venv/bin/python benchmarks/arm_look.py --model seed-predict2.5 --episodes 6
+    .venv/bin/python benchmarks/arm_look.py --model seed-cosmos3 --arms bold --vae DIR --transformer '{"latent_patch_size": 1}'
 
 Renders the demo's held-out episodes (the model's camera size and task) twice, with and without the arm, packs both
 into the model's grid clips as `worldtune prepare` does (no codec: the figures are of the views, not of an encode),
@@ -65,15 +66,18 @@ def render_clips(model: str, arm: str, episodes: int, frames: int) -> tuple[np.n
     return np.stack(with_arm), np.stack(plate)
 
 
-def round_trip(model: str, clips: np.ndarray) -> np.ndarray:
-    """The clips through the model's VAE (encode, decode), as uint8."""
+def round_trip(model: str, clips: np.ndarray, vae_dir: Path | None = None) -> np.ndarray:
+    """The clips through the model's VAE, or the one in `vae_dir` (encode, decode), as uint8."""
     from diffusers import AutoencoderKLWan
 
     from worldtune.models.load import init_model_dir
 
-    with tempfile.TemporaryDirectory() as tmp:
-        init_model_dir(model, Path(tmp) / "m")
-        vae = AutoencoderKLWan.from_pretrained(Path(tmp) / "m", subfolder="vae").eval()
+    if vae_dir is not None:
+        vae = AutoencoderKLWan.from_pretrained(vae_dir, torch_dtype=torch.float32).eval()
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            init_model_dir(model, Path(tmp) / "m")
+            vae = AutoencoderKLWan.from_pretrained(Path(tmp) / "m", subfolder="vae").eval()
     out = []
     with torch.no_grad():
         for clip in clips:
@@ -102,19 +106,24 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=6, help="held-out episodes rendered per arm look")
     ap.add_argument("--frames", type=int, default=17)
     ap.add_argument("--arms", default="grey,bold", help="the arm looks compared, comma-separated")
+    ap.add_argument("--vae", type=Path, default=None,
+                    help="a VAE folder (config.json and weights, as `worldtune autoencoder` writes) instead of the seed's")
+    ap.add_argument("--transformer", type=json.loads, default={},
+                    help='the transformer\'s config changes for the token count, as JSON (\'{"latent_patch_size": 1}\')')
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "arm_look.json")
     args = ap.parse_args()
     from worldtune.data.layout import GridLayout
+    from worldtune.models.build import with_transformer_changes
     from worldtune.models.registry import get_spec
 
-    spec = get_spec(args.model)
+    spec = with_transformer_changes(get_spec(args.model), args.transformer)
     t0 = time.perf_counter()
     token_px = token_pixels(spec)
     layout = GridLayout(height=spec.height, width=spec.width)
     rows: dict[str, dict[str, dict[str, float]]] = {}
     for arm in args.arms.split(","):
         real, plate = render_clips(args.model, arm, args.episodes, args.frames)
-        decoded = round_trip(args.model, real)
+        decoded = round_trip(args.model, real, args.vae)
         rows[arm] = {}
         for role in layout.roles:
             parts = [layout.split(a.reshape(-1, *a.shape[2:]))[role] for a in (real, plate, decoded)]
@@ -124,7 +133,8 @@ def main() -> None:
             print(f"{args.model} arm {arm:5s} {role:10s}: arm {f['arm_pixels']:6.0f} px = {f['arm_tokens']:5.2f} tokens, "
                   f"contrast {f['arm_contrast']:5.1f} levels, VAE round trip {f['vae_psnr']:5.2f} dB, "
                   f"arm kept {f['arm_kept']:.2f}")
-    row = {"model": args.model, "episodes": args.episodes, "frames": args.frames, "token_px": token_px,
+    row = {"model": args.model, "vae": str(args.vae) if args.vae else "shipped", "transformer": args.transformer,
+           "episodes": args.episodes, "frames": args.frames, "token_px": token_px,
            "grid": [spec.height, spec.width], "views": rows,
            "seconds": round(time.perf_counter() - t0, 1), "machine": platform.node(),
            "processor": platform.processor(), "date": time.strftime("%Y-%m-%d")}

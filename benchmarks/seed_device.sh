@@ -29,13 +29,20 @@ source "$(dirname "$0")/device_env.sh" || exit 1
 [ -f seedinit/vae.safetensors.xz ] && mkdir -p "src/worldtune/seeds/$NAME" \
   && xz -dc seedinit/vae.safetensors.xz >"src/worldtune/seeds/$NAME/vae.safetensors"
 [ -f seedinit/transformer.safetensors.xz ] && xz -dc seedinit/transformer.safetensors.xz >seedinit/transformer.safetensors
+# seedinit/NAME/ (this recipe's own state from an earlier session, what the snapshots return): vae/ a finished
+# autoencoder run (config.json, run.json, metrics.jsonl, vae.safetensors or .xz), transformer.safetensors[.xz] the
+# transformer's weights to go on from (the packed seed's or the EMA snapshot)
+INIT=seedinit/$NAME
+[ -f "$INIT/transformer.safetensors.xz" ] && xz -dc "$INIT/transformer.safetensors.xz" >"$INIT/transformer.safetensors"
+TINIT=seedinit/transformer.safetensors
+[ -f "$INIT/transformer.safetensors" ] && TINIT=$INIT/transformer.safetensors
 
 recipe() {  # the detached part
   local args=(seed "$NAME" --out "$W" --ship "$W/ship" --budget-s "$BUDGET" --train.checkpoint.every 250
               --autoencoder.checkpoint_every 250 "${STOP[@]}" "${EXTRA[@]}")
-  if [ -f seedinit/transformer.safetensors ] && [ ! -d "$W/runs/transformer" ]; then
+  if [ -f "$TINIT" ] && [ ! -d "$W/runs/transformer" ]; then
     python3 -m worldtune.cli seed "$NAME" --out "$W" --stop-after model || return
-    python3 - "$W/model/transformer" seedinit/transformer.safetensors <<'EOF'
+    python3 - "$W/model/transformer" "$TINIT" <<'EOF'
 import sys, torch
 from pathlib import Path
 from safetensors.torch import load_file, save_file
@@ -55,6 +62,17 @@ EOF
 if [ "${1:-}" = detached ]; then recipe; exit; fi
 running() { pgrep -f "seed_device.sh detached $NAME" >/dev/null; }
 if ! running && [ ! -f "$W/ship/seed.json" ]; then
+  if [ ! -f "$W/runs/vae/run.json" ] && [ -f "$INIT/vae/run.json" ]; then
+    mkdir -p "$W/runs/vae/vae"
+    cp "$INIT/vae/config.json" "$W/runs/vae/vae/"
+    if [ -f "$INIT/vae/vae.safetensors.xz" ]; then
+      xz -dc "$INIT/vae/vae.safetensors.xz" >"$W/runs/vae/vae/diffusion_pytorch_model.safetensors"
+    else
+      cp "$INIT/vae/vae.safetensors" "$W/runs/vae/vae/diffusion_pytorch_model.safetensors"
+    fi
+    cp "$INIT/vae/run.json" "$INIT/vae/metrics.jsonl" "$W/runs/vae/"
+    echo "autoencoder: the finished run in $INIT/vae"
+  fi
   if [ "${REUSE_VAE:-0}" = 1 ] && [ ! -f "$W/runs/vae/run.json" ] && [ -f "benchmarks/results/$NAME/run.json" ] \
       && [ -f "src/worldtune/seeds/$NAME/vae.safetensors" ]; then
     mkdir -p "$W/runs/vae"
