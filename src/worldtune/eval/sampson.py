@@ -395,7 +395,9 @@ class SampsonError:
         """("agrees" | "disagrees" | "unverified", why, figures) for a calibrated F against the real clip
         (worldtune.eval.calibration_check), with this scorer's fit settings and frame steps."""
         steps = None if frames is None else list(self._frames(min(len(frames[0]), len(frames[1]))))
-        return calibration_evidence(F, fa, fb, matcher, self.cfg.fit, self.cfg.min_inliers, frames, steps)
+        sizes = None if frames is None else (tuple(frames[0].shape[1:3]), tuple(frames[1].shape[1:3]))
+        return calibration_evidence(F, fa, fb, matcher, self.cfg.fit, self.cfg.min_inliers, frames, steps,
+                                    sizes)  # type: ignore[arg-type]
 
     def measure_scale(self, views: Mapping[str, np.ndarray], ref: Reference | None,
                       masks: Mapping[str, np.ndarray], samples: int = 6) -> float:
