@@ -12,14 +12,19 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 H, W = 180, 320
 TARGET = np.array([0.0, 0.02, 0.04])  # where the scene's exterior cameras look
 ROLES = ("ext_0", "ext_30", "ext_78")
 ANGLES = {"ext_0": 0.0, "ext_30": 30.0, "ext_78": 78.0}
-SETTINGS = {"hard_av1": {"texture_seed": 0, "lower": 0.0, "codec": "av1", "crf": 30},
-            "tex5_low_x264": {"texture_seed": 5, "lower": 0.12, "codec": "x264", "crf": 23}}
+# hard_av1: the scene's textures, SVT-AV1 CRF 30 (as LeRobot writes); tex5_low_x264: other textures, every camera
+# 12 cm lower, worldtune's x264 writer at CRF 23; plain_wall_av1: the wall's posters painted over (a faint plain
+# wall, as in a lab), so that across the wide pairs SIFT finds few or no correct matches
+SETTINGS = {"hard_av1": {"texture_seed": 0, "lower": 0.0, "codec": "av1", "crf": 30, "plain_wall": False},
+            "tex5_low_x264": {"texture_seed": 5, "lower": 0.12, "codec": "x264", "crf": 23, "plain_wall": False},
+            "plain_wall_av1": {"texture_seed": 0, "lower": 0.0, "codec": "av1", "crf": 30, "plain_wall": True}}
 
 
 def rig(setting: dict, turn: dict[str, float] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -46,6 +51,9 @@ def episode_views(index: int, frames: int, setting: dict) -> tuple[dict[str, np.
     from worldtune.scene.raycast import Camera
 
     ep = SyntheticEpisode(index, frames, 0, H, W, style="hard", targets=("red",), texture_seed=setting["texture_seed"])
+    if setting.get("plain_wall"):
+        noise = np.random.default_rng(3).random((256, 256, 1)).astype(np.float32)
+        ep.tex = {**ep.tex, "mat": np.broadcast_to(0.62 + 0.03 * cv2.GaussianBlur(noise, (0, 0), 6)[..., None], (256, 256, 3)).copy()}
     ext = rig(setting)
     views = {}
     for role in ROLES:

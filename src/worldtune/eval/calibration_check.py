@@ -46,7 +46,10 @@ def calibration_evidence(F: np.ndarray, fa: Sequence[Features], fb: Sequence[Fea
       than chance (where its lines cross the true ones), which says nothing for it beside a fit that
       explains several times as many;
     - *for*: more of them lie within `TIGHT` px of the calibration's epipolar lines than chance puts
-      there (the same matches re-paired at random, measured under the same F): Poisson tail < `CHANCE_P`;
+      there (the same matches re-paired at random, measured under the same F): Poisson tail < `CHANCE_P`,
+      and at least half as many as a robust fit to them puts on its own lines: the calibration explains
+      the matches about as well as the best geometry they have (a wrong calibration beats chance with a
+      few structured wrong matches, or where its lines cross the true ones, but not a fit);
     - neither (too few correct matches to judge): the moving silhouettes of the real clip
       (worldtune.eval.silhouettes) under F; their median beyond `SILHOUETTE_AGAINST` px on most
       frames is evidence against, else the calibration is kept, marked unverified, with the reason.
@@ -58,10 +61,11 @@ def calibration_evidence(F: np.ndarray, fa: Sequence[Features], fb: Sequence[Fea
     if figures["clip_fit_guard"] is None and fitted >= min_inliers + fitted_chance and k_tight < 0.5 * fitted:
         return "disagrees", (f"{fitted} of its {n} distinct matches fit one geometry ({fitted_chance} when "
                              f"re-paired at random), {k_tight} the calibration (within {TIGHT} px)"), figures
-    if k_tight >= 3 and poisson_tail(k_tight, chance) < CHANCE_P:
+    if k_tight >= 3 and poisson_tail(k_tight, chance) < CHANCE_P and k_tight >= 0.5 * fitted:
         return "agrees", "", figures
     why = (f"too few correct matches to check it: {k_tight} of {n} distinct matches lie within {TIGHT} px of its "
-           f"epipolar lines, {chance:.1f} by chance")
+           f"epipolar lines ({chance:.1f} by chance), {fitted} of a fit to them ({fitted_chance} when re-paired at "
+           "random)")
     if frames is not None and steps:
         sil = silhouette_tangency(frames[0], frames[1], F, steps)
         vals = [float(np.median(f.distances)) for f in sil if f.reason is None]
