@@ -14,7 +14,8 @@ Three settings, each a rig held for every episode:
 Per setting and pair: what the calibration check says about the true calibration and two wrong ones (the
 camera turned 8° about the table; another pair's F), whether reference mode (F estimated from the real clip)
 accepts, and how far its estimate lies from the truth; the dynamic cross-view figure on the true frames and on
-the same cameras' view of another episode of the same task (another layout and path of the red block).
+the same cameras' view of another episode of the same task (another layout and path of the red block), and
+with the arm of one view moved 1, 2 or 4 cm sideways or up (`dynamic_arm_moved`).
 
     PYTHONPATH=src:. .venv/bin/python benchmarks/sampson_trust.py --json benchmarks/results/sampson_trust.json
 """
@@ -80,6 +81,29 @@ def measure(setting_name: str, frames: int) -> dict:
         a, b = k.split("|")
         o = metric.score_views({a: views[a], b: others[b]}, reference=refs["right"]).crossview_dynamic[k]
         out["dynamic_other_episode"][k] = {"median_px": _round(o.median), "frames": o.evaluated, "skips": o.skipped}
+    out["dynamic_arm_moved"] = arm_moved(setting, frames, views, refs["right"])
+    return out
+
+
+SHIFTS_CM = (1.0, 2.0, 4.0)  # the arm moved this far in one view: sideways (world x) or up (world z)
+
+
+def arm_moved(setting: dict, frames: int, views: dict, reference) -> dict:
+    """The dynamic figure per pair when the second view shows the arm (and what it carries) moved by a few cm
+    sideways or up, the first view true: how far above its floor a misplaced arm reads, and in which direction."""
+    from worldtune.eval.sampson import SampsonError
+
+    metric = SampsonError()
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for axis, unit in (("sideways", np.array([0.01, 0.0, 0.0])), ("up", np.array([0.0, 0.0, 0.01]))):
+            for cm in SHIFTS_CM:
+                moved, _ = episode_views(0, frames, setting, offset=unit * cm)
+                moved = {r: through(v, setting["codec"], setting["crf"], Path(tmp), f"m{r}") for r, v in moved.items()}
+                for key in ("ext_0|ext_30", "ext_0|ext_78", "ext_30|ext_78"):
+                    a, b = key.split("|")
+                    s = metric.score_views({a: views[a], b: moved[b]}, reference=reference).crossview_dynamic[key]
+                    out.setdefault(key, {})[f"{axis}_{cm:g}cm"] = _round(s.median)
     return out
 
 

@@ -43,10 +43,12 @@ def rig(setting: dict, turn: dict[str, float] | None = None) -> dict[str, tuple[
     return out
 
 
-def episode_views(index: int, frames: int, setting: dict) -> tuple[dict[str, np.ndarray], dict]:
+def episode_views(index: int, frames: int, setting: dict,
+                  offset: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """The fixed views of episode `index` (the red block to the bowl) under the setting's rig, and its cameras.
 
-    The scene names its exterior cameras; each role is drawn as its first exterior camera placed where the role is."""
+    The scene names its exterior cameras; each role is drawn as its first exterior camera placed where the role is.
+    `offset` (metres, world x right / y away / z up) moves the arm and the block it carries: a misplaced arm."""
     from worldtune.scene.episode import SyntheticEpisode
     from worldtune.scene.raycast import Camera
 
@@ -59,8 +61,17 @@ def episode_views(index: int, frames: int, setting: dict) -> tuple[dict[str, np.
     for role in ROLES:
         ep.ext = {**ep.ext, "exterior_1_left": ext[role]}
         ep._static_cache.clear()
-        views[role] = np.stack([ep.render_view("exterior_1_left", i) for i in range(frames)])
+        views[role] = np.stack([_draw(ep, i, offset) for i in range(frames)])
     return views, {r: Camera(ep.K_ext, *ext[r], W, H) for r in ROLES}
+
+
+def _draw(ep, i: int, offset: np.ndarray | None) -> np.ndarray:
+    """Frame i of the episode's first exterior camera, the arm (and a held block) moved by `offset`."""
+    if offset is None:
+        return ep.render_view("exterior_1_left", i)
+    g, opening, held = ep.gripper(i)
+    block = ep.block_position(ep.target, i) + (offset if held else 0.0)
+    return ep.render_state("exterior_1_left", g + offset, opening, {ep.target: block})
 
 
 def through(frames: np.ndarray, codec: str, crf: int, tmp: Path, name: str) -> np.ndarray:
