@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import tempfile
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.eval.project_rig import H, ROLES, SETTINGS, W, calibrations, episode_views, through  # noqa: E402
+from tests.eval.project_rig import H, ROLES, SETTINGS, W, calibrations, episode_views, through
 
 
 def _round(x: float | None) -> float | None:
@@ -107,15 +106,41 @@ def arm_moved(setting: dict, frames: int, views: dict, reference) -> dict:
     return out
 
 
+def whole_frame_encodes(setting_name: str, frames: int, crfs: tuple[int, ...] = (18, 28, 35)) -> dict:
+    """The whole-frame cross-view figure of the clip (median over all its scored frames, the video's value) and
+    whether its per-frame values fall in two groups, through x264 and AV1 at each CRF, under the true calibration."""
+    from worldtune.eval.rig import PairReference, Reference
+    from worldtune.eval.sampson import SampsonError, two_groups
+
+    setting = SETTINGS[setting_name]
+    raw, cams = episode_views(0, frames, setting)
+    pairs = calibrations(cams, setting)["right"]
+    metric = SampsonError()
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for codec in ("x264", "av1"):
+            for crf in crfs:
+                views = {r: through(v, codec, crf, Path(tmp), f"{r}{crf}") for r, v in raw.items()}
+                base = Reference("ep0", {r: (H, W) for r in ROLES}, set(),
+                                 {k: PairReference(F, "calibrated") for k, F in pairs.items()}, K={r: cams[r].K for r in ROLES})
+                clip = metric.score_views(views, reference=metric.reference(views, "ep0", base=base)).overall("crossview")
+                out[f"{codec}_crf{crf}"] = {"median_px": _round(clip.median), "frames": clip.evaluated,
+                                            "bimodal": two_groups(clip.pair_medians)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--frames", type=int, default=32)
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--encodes", action="store_true", help="also the whole-frame figure through x264 and AV1 at CRF 18/28/35")
     args = ap.parse_args()
     t0 = time.time()
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or platform.machine(),
               "frames": args.frames, "settings": {s: measure(s, args.frames) for s in args.settings}}
+    if args.encodes:
+        result["whole_frame_encodes"] = {s: whole_frame_encodes(s, args.frames) for s in args.settings}
     result["seconds"] = round(time.time() - t0, 1)
     text = json.dumps(result, indent=1, default=str)
     print(text)
