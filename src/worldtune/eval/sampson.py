@@ -90,7 +90,8 @@ class SampsonConfig:
     masks: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...] = ()  # role -> boxes to ignore
     auto_masks: bool = True  # find camera-fixed pixels of moving views in the real clip
     max_fit_error: float = 1.0  # reference from the real clip: held-out error it must stay under, px
-    max_disagreement: float = 1.0  # reference from the real clip: fits on disjoint frames at most this far apart, px
+    # reference from the real clip: the error that fits on disjoint frames imply for the estimate (median of 5 splits), px
+    max_disagreement: float = 1.0
     min_agreement: float = 0.5  # a reference is used only when the real clip scores under it on this share of frames
     crossview: bool = True
     crossview_dynamic: bool = True  # fixed pairs with a reference F: tangency of the moving silhouettes
