@@ -207,3 +207,23 @@ def test_the_report_says_why_a_pair_has_no_geometry_or_an_unchecked_one():
         assert "cross-view pair a|b, 2 inputs: no rig geometry (calibrated): calibration disagrees with the real clip" in text
         assert "cross-view pair a|c, 1 input: calibration kept, unverified: too few correct matches" in text
         assert "pair b|c" not in text
+
+
+def test_the_dynamic_figure_carries_its_floor_and_scope_in_results_json_and_on_the_console(capsys):
+    """results.json's value of sampson_crossview_dynamic for every generated model says its floor (the real
+    clips' mean) and its scope; the console prints the floor beside the value and the scope under the table."""
+    from worldtune.eval.evaluate import DYNAMIC_SCOPE, aggregate, print_summary
+
+    rows = [{"model": m, "name": f"in{i}", "seed": 0, "sampson_crossview_dynamic": v + 0.1 * i, "psnr": 20.0}
+            for m, v in (("real", 2.6), ("base", 2.7), ("lora", 3.5)) for i in range(3)]
+    models, _ = aggregate(rows, ["sampson_crossview_dynamic", "psnr"])
+    for label in ("base", "lora"):
+        v = models[label]["sampson_crossview_dynamic"]
+        assert v["floor_px"] == pytest.approx(2.7) and v["scope"] == DYNAMIC_SCOPE
+        assert "floor_px" not in models[label]["psnr"]
+    assert "floor_px" not in models["real"]["sampson_crossview_dynamic"]
+    print_summary({"out": "x", "metrics": ["sampson_crossview_dynamic", "psnr"], "models": models,
+                   "judge": {"status": "skipped", "reason": "not asked"}})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2.8 (floor 2.70 px)" in out and "3.6 (floor 2.70 px)" in out and "2.7 (floor" not in out
+    assert "only across the epipolar lines" in out and "not resolved" in out

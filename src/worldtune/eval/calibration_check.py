@@ -2,20 +2,24 @@
 
 A calibration comes from outside the clip, so it is dropped only on evidence against it: across a wide baseline
 over a plain table SIFT may find no correct match at all, and a right calibration must not be dropped for that.
-The clip's distinct matches, pooled over its frames, are set against chance (the same matches re-paired at
-random); without enough of them, the real clip's moving silhouettes decide, and with neither the calibration is
-kept and marked unverified. `SampsonError.prove` (worldtune.eval.sampson) asks this for every calibrated pair.
+The clip's distinct matches, pooled over its frames, are asked first whether they fix a geometry of their own
+(a guarded fit puts many more of them on its lines than the calibration does, far beyond chance): that is
+evidence against it, however many matches lie on its lines by chance or near its epipole. Otherwise they are set
+against chance (the same matches re-paired at random); without enough of them, the real clip's moving silhouettes
+decide, and with neither the calibration is kept and marked unverified, with the reason.
+`SampsonError.prove` (worldtune.eval.sampson) asks this for every calibrated pair.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
 
 from worldtune.eval.correspondences import Features, SiftMatcher
-from worldtune.eval.epipolar import FitSettings, distinct, robust_fundamental, sampson_distance
+from worldtune.eval.epipolar import FitSettings, distinct, guarded_fit, robust_fundamental, sampson_distance
 from worldtune.eval.silhouettes import silhouette_tangency
 
 TIGHT = 0.5  # calibration check: a correct match lies this close (px) to a right calibration's lines
@@ -29,30 +33,39 @@ SILHOUETTE_AGAINST = 2.0  # calibration check, no matches to judge: silhouettes 
 
 def calibration_evidence(F: np.ndarray, fa: Sequence[Features], fb: Sequence[Features], matcher: SiftMatcher,
                          fit: FitSettings, min_inliers: int, frames: tuple[np.ndarray, np.ndarray] | None,
-                         steps: Sequence[int] | None) -> tuple[str, str, dict[str, Any]]:
+                         steps: Sequence[int] | None,
+                         sizes: tuple[tuple[int, int], tuple[int, int]] | None = None) -> tuple[str, str, dict[str, Any]]:
     """("agrees" | "disagrees" | "unverified", why, figures) for a calibrated F against the real clip.
 
-    On the clip's distinct matches, pooled over all frames:
+    On the clip's distinct matches, pooled over all frames, asked in this order:
+    - *against*: a robust fit to the matches that passes the fit guards (inliers spread over the image,
+      epipoles outside them: not a degenerate fit to look-alike matches) puts at least `min_inliers`
+      more of them within `TIGHT` px than a fit to the matches re-paired at random does, and the
+      calibration fewer than half as many: the clip's correct matches fix a geometry that is not the
+      calibration's. Asked first: a calibration a few degrees off still has more matches on its lines
+      than chance (where its lines cross the true ones), which says nothing for it beside a fit that
+      explains several times as many;
     - *for*: more of them lie within `TIGHT` px of the calibration's epipolar lines than chance puts
-      there (the same matches re-paired at random, measured under the same F): Poisson tail < `CHANCE_P`;
-    - *against*: a robust fit to the matches puts at least `min_inliers` more of them within `TIGHT`
-      px than a fit to the matches re-paired at random does, and the calibration fewer than half as
-      many: the clip's correct matches fix a geometry that is not the calibration's;
+      there (the same matches re-paired at random, measured under the same F): Poisson tail < `CHANCE_P`,
+      and at least half as many as a robust fit to them puts on its own lines: the calibration explains
+      the matches about as well as the best geometry they have (a wrong calibration beats chance with a
+      few structured wrong matches, or where its lines cross the true ones, but not a fit);
     - neither (too few correct matches to judge): the moving silhouettes of the real clip
       (worldtune.eval.silhouettes) under F; their median beyond `SILHOUETTE_AGAINST` px on most
       frames is evidence against, else the calibration is kept, marked unverified, with the reason.
-    `fit` and `min_inliers` are the scorer's robust-fit settings, `steps` the frames the silhouettes are read on."""
-    figures = match_evidence(F, fa, fb, matcher, fit)
+    `fit` and `min_inliers` are the scorer's robust-fit settings, `steps` the frames the silhouettes are read on,
+    `sizes` the two views' (height, width) for the spread guard (None: that guard is not asked)."""
+    figures = match_evidence(F, fa, fb, matcher, fit, sizes)
     k_tight, chance = figures["matches_within_0.5px"], figures["by_chance_within_0.5px"]
     fitted, fitted_chance, n = figures["matches_fitting_the_clip"], figures["fitting_by_chance"], figures["clip_matches"]
-    p_for = poisson_tail(k_tight, chance)
-    if k_tight >= 3 and p_for < CHANCE_P:
-        return "agrees", "", figures
-    if fitted >= min_inliers + fitted_chance and k_tight < 0.5 * fitted:
+    if figures["clip_fit_guard"] is None and fitted >= min_inliers + fitted_chance and k_tight < 0.5 * fitted:
         return "disagrees", (f"{fitted} of its {n} distinct matches fit one geometry ({fitted_chance} when "
                              f"re-paired at random), {k_tight} the calibration (within {TIGHT} px)"), figures
+    if k_tight >= 3 and poisson_tail(k_tight, chance) < CHANCE_P and k_tight >= 0.5 * fitted:
+        return "agrees", "", figures
     why = (f"too few correct matches to check it: {k_tight} of {n} distinct matches lie within {TIGHT} px of its "
-           f"epipolar lines, {chance:.1f} by chance")
+           f"epipolar lines ({chance:.1f} by chance), {fitted} of a fit to them ({fitted_chance} when re-paired at "
+           "random)")
     if frames is not None and steps:
         sil = silhouette_tangency(frames[0], frames[1], F, steps)
         vals = [float(np.median(f.distances)) for f in sil if f.reason is None]
@@ -66,11 +79,13 @@ def calibration_evidence(F: np.ndarray, fa: Sequence[Features], fb: Sequence[Fea
 
 
 def match_evidence(F: np.ndarray, fa: Sequence[Features], fb: Sequence[Features], matcher: SiftMatcher,
-                   fit: FitSettings) -> dict[str, Any]:
+                   fit: FitSettings, sizes: tuple[tuple[int, int], tuple[int, int]] | None = None) -> dict[str, Any]:
     """What a clip's matches, pooled over its frames (each distinct one once), say about an F: how many lie
     within `TIGHT` px of its lines and how many chance puts there (the matches re-paired at random, averaged
     over `CHANCE_DRAWS`); how many a robust fit to them puts within `TIGHT` px, and the most a robust fit to
-    re-paired matches does (over `FIT_CHANCE_DRAWS`). Keys as in results.json's rig checks."""
+    re-paired matches does (over `FIT_CHANCE_DRAWS`), and whether that fit fails a guard (`clip_fit_guard`: the
+    reason, e.g. `epipole_in_inliers`, or None; `sizes` (height, width) per view for the spread guard).
+    Keys as in results.json's rig checks."""
     m = [matcher.match(a, b) for a, b in zip(fa, fb)]
     x0 = np.concatenate([p[0] for p in m]) if m else np.empty((0, 2))
     x1 = np.concatenate([p[1] for p in m]) if m else np.empty((0, 2))
@@ -83,7 +98,17 @@ def match_evidence(F: np.ndarray, fa: Sequence[Features], fb: Sequence[Features]
     return {"clip_matches": int(len(x0)), "matches_within_0.5px": int((sampson_distance(F, x0, x1) <= TIGHT).sum()),
             "by_chance_within_0.5px": round(chance, 2),
             "matches_fitting_the_clip": _within(robust_fundamental(x0, x1, fit), x0, x1, TIGHT),
-            "fitting_by_chance": max((_within(robust_fundamental(x0, y, fit), x0, y, TIGHT) for y in shuffled), default=0)}
+            "fitting_by_chance": max((_within(robust_fundamental(x0, y, fit), x0, y, TIGHT) for y in shuffled), default=0),
+            "clip_fit_guard": _fit_guard(x0, x1, fit, sizes)}
+
+
+def _fit_guard(x0: np.ndarray, x1: np.ndarray, fit: FitSettings,
+               sizes: tuple[tuple[int, int], tuple[int, int]] | None) -> str | None:
+    """Why a robust fit to the clip's matches is no evidence (a fit guard it fails), or None when it passes."""
+    if sizes is None:
+        fit, sizes = replace(fit, min_cells=0), ((1, 1), (1, 1))
+    (ha, wa), (hb, wb) = sizes
+    return guarded_fit(x0, x1, (wa, ha), (wb, hb), fit).reason
 
 
 def _within(fit: tuple[np.ndarray, np.ndarray] | None, x0: np.ndarray, x1: np.ndarray, px: float) -> int:

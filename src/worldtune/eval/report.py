@@ -29,7 +29,7 @@ import numpy as np
 from worldtune.atomic import atomic_write_text
 from worldtune.errors import EvaluationError
 from worldtune.eval.dynamics import OTHER_SUFFIX
-from worldtune.eval.evaluate import is_reference
+from worldtune.eval.evaluate import DYNAMIC, DYNAMIC_SCOPE, floor_suffix, is_reference
 from worldtune.eval.sampson import KINDS
 from worldtune.eval.stats import MIN_CI_INPUTS
 
@@ -333,22 +333,12 @@ tr.baseline td{color:#555;background:#f6f6f6}
 """
 
 
-DYNAMIC = "sampson_crossview_dynamic"
-DYNAMIC_NOTE = ("sampson_crossview_dynamic reads where the moving silhouettes sit against the rig's epipolar "
-                "geometry, per fixed pair. Its floor on this footage is the real clips' own value, shown beside every "
-                "value: a value near the floor says nothing about the model, only a rise above it reads a misplaced arm. "
-                "On rendered footage the floor was 0.4-0.6 px and another episode's view of the same camera read 6-15 px; "
-                "where the real clips themselves read several pixels, a misplacement of a few pixels is not resolved "
-                "and the same camera in another episode of the same task may read the same")
+DYNAMIC_NOTE = DYNAMIC_SCOPE  # what the dynamic figure resolves, under its table
 
 
 def floor_text(results: dict[str, Any], metric: str, label: str) -> str:
     """' (floor 2.61 px)' beside a model's value of the dynamic figure: the real clips' mean (empty elsewhere)."""
-    if metric != DYNAMIC or is_reference(label):
-        return ""
-    real = [s.get(metric) or {} for lab, s in results.get("models", {}).items() if is_reference(lab)]
-    means = [r["mean"] for r in real if r.get("mean") is not None]
-    return f" (floor {means[0]:.2f} px)" if means else " (floor unknown: no real clip value)"
+    return floor_suffix(results.get("models", {}), metric, label)
 
 
 def rig_notes(results: dict[str, Any]) -> list[str]:

@@ -23,6 +23,7 @@ out of matching, so they can neither pass for a static camera nor steer a fit.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
@@ -192,18 +193,24 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
                             max_disagreement: float = 1.0) -> PairReference:
     """F of a fixed pair from all frames of a real clip, or the reason it cannot be trusted.
 
-    Besides the guards of one fit, the frames are split into two disjoint sets (alternate blocks
-    of four) and each is fitted alone: the two F's must lie within `max_disagreement` px of each
-    other over the images (worldtune.eval.epipolar.fundamental_distance). Matches that do not fix F
-    (all on one plane: a wall poster, a table top) fit a whole family of F's exactly, with a small
-    held-out error, and two independent fits land on different members of it. Where a half has too
-    few matches only because every frame repeats the same ones (a static rig: each is counted in the
-    half of its first frame), random halves of the matches are fitted instead (split_disagreement).
+    Besides the guards of one fit, the frames are split into two disjoint sets of blocks of four
+    frames and each is fitted alone, over `SPLITS` splits (alternate blocks, then seeded random
+    halves of the blocks): matches that do not fix F (all on one plane: a wall poster, a table top)
+    fit a whole family of F's exactly, with a small held-out error, and two independent fits land on
+    different members of it. How far apart the two fits lie over the images
+    (worldtune.eval.epipolar.fundamental_distance) measures the error of each; the estimate from all
+    the matches errs less, by sqrt(n1 n2) / (n1 + n2) of that distance for halves of n1 and n2
+    inliers (half of it for equal halves). The median of that implied error over the splits must
+    stay within `max_disagreement` px: one unlucky split, or one half short of inliers, no longer
+    declines a right estimate (0.45 px from the truth, its one split 1.17 px apart), while wrong ones
+    lie several pixels apart on most splits. Where a half has too few matches only because every
+    frame repeats the same ones (a static rig: each is counted in the half of its first frame),
+    random halves of the matches are fitted instead (split_disagreement).
     """
     m = [matcher.match(fa, fb) for fa, fb in zip(feats_a, feats_b)]
     x0 = np.concatenate([p[0] for p in m]) if m else np.empty((0, 2))
     x1 = np.concatenate([p[1] for p in m]) if m else np.empty((0, 2))
-    block = np.concatenate([np.full(len(p[0]), (t // 4) % 2) for t, p in enumerate(m)]) if m else np.empty(0)
+    block = np.concatenate([np.full(len(p[0]), t // 4) for t, p in enumerate(m)]) if m else np.empty(0, int)
     keep = distinct(x0, x1)
     x0, x1, block = x0[keep], x1[keep], block[keep]
     wh_a, wh_b = (size_a[1], size_a[0]), (size_b[1], size_b[0])
@@ -221,7 +228,8 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
     # each half holds about half the inliers: its own guard asks half as many (an F they do not fix
     # lands far from the other half's, which is the test)
     half_fit = replace(fit, min_inliers=max(MIN_POINTS_FOR_F, fit.min_inliers // 2))
-    halves = [guarded_fit(x0[block == k], x1[block == k], wh_a, wh_b, half_fit) for k in (0, 1)]
+    alternate = block % 2
+    halves = [guarded_fit(x0[alternate == k], x1[alternate == k], wh_a, wh_b, half_fit) for k in (0, 1)]
     if not all(h.ok for h in halves):
         why = next(h.reason for h in halves if not h.ok)
         if why not in STARVED:
@@ -229,41 +237,63 @@ def estimate_pair_reference(feats_a: list, feats_b: list, matcher: Any, size_a: 
                                  "cannot show that F is fixed by its matches", f.inliers, err)
         # a static scene repeats its matches in every frame: each is counted once, in the half of its first
         # frame, and the other half is left without them. Split the matches instead of the frames.
-        apart = split_disagreement(x0, x1, wh_a, wh_b, half_fit)
-        checks = {"split_fits_apart_px": round(apart, 3) if np.isfinite(apart) else None}
-        if not apart <= max_disagreement:
+        apart, implied = split_disagreement(x0, x1, wh_a, wh_b, half_fit)
+        checks = {"split_fits_apart_px": _px(apart), "estimate_error_px": _px(implied)}
+        if not implied <= max_disagreement:
             return PairReference(None, "reference", f"real clip: a fit on half of the frames fails ({why}: its frames "
-                                 f"repeat the other half's matches) and fits on random halves of the matches disagree by "
-                                 f"{apart:.2f} px > {max_disagreement} px (the matches do not fix F)", f.inliers, err, checks)
+                                 f"repeat the other half's matches) and fits on random halves of the matches put the "
+                                 f"estimate's error at {implied:.2f} px > {max_disagreement} px ({apart:.2f} px apart; "
+                                 "the matches do not fix F)", f.inliers, err, checks)
         return PairReference(f.F, "reference", None, f.inliers, err, checks)
-    apart = fundamental_distance(halves[0].F, halves[1].F, wh_a, wh_b)  # type: ignore[arg-type]
-    checks = {"disjoint_fits_apart_px": round(apart, 3) if np.isfinite(apart) else None}
-    if not apart <= max_disagreement:
-        return PairReference(None, "reference", f"real clip: fits on disjoint frames disagree by {apart:.2f} px > "
-                             f"{max_disagreement} px (the matches do not fix F, e.g. all on one plane)", f.inliers, err, checks)
+    apart, implied = split_disagreement(x0, x1, wh_a, wh_b, half_fit, groups=block)
+    checks = {"disjoint_fits_apart_px": _px(apart), "estimate_error_px": _px(implied)}
+    if not implied <= max_disagreement:
+        return PairReference(None, "reference", f"real clip: fits on disjoint frames put the estimate's error at "
+                             f"{implied:.2f} px > {max_disagreement} px ({apart:.2f} px apart, median of {SPLITS} "
+                             "splits: the matches do not fix F, e.g. all on one plane)", f.inliers, err, checks)
     return PairReference(f.F, "reference", None, f.inliers, err, checks)
 
 
 STARVED = ("too_few_matches", "too_few_inliers")  # a half fit's failures that say it had too few matches, no more
-SPLITS = 5  # random halves of the matches split_disagreement fits
+SPLITS = 5  # splits into two halves split_disagreement fits
+
+
+def _px(x: float) -> float | None:  # as the rig checks write a distance
+    return round(x, 3) if np.isfinite(x) else None
 
 
 def split_disagreement(x0: np.ndarray, x1: np.ndarray, wh_a: tuple[int, int], wh_b: tuple[int, int],
-                       fit: FitSettings, splits: int = SPLITS) -> float:
-    """Median over `splits` seeded random halves of the distinct matches of how far apart (px, over the images)
-    the guarded fits of the two halves lie; a split whose halves cannot both be fitted counts as infinitely apart.
+                       fit: FitSettings, splits: int = SPLITS, groups: np.ndarray | None = None) -> tuple[float, float]:
+    """(distance, implied error): medians over `splits` splits of the distinct matches into two halves of how
+    far apart (px, over the images) the guarded fits of the halves lie, and of the error that distance implies
+    for a fit to all of them (x sqrt(n1 n2) / (n1 + n2), n the halves' inliers); a split whose halves cannot
+    both be fitted counts as infinitely apart.
 
-    Matches that fix F give the same F from either half; matches that fix only a family of F's (mostly on one
-    plane) leave each half's fit to its few off-plane points, and the halves land apart. The median over
-    several splits keeps one unlucky split from deciding either way.
+    Without `groups` the halves are seeded random halves of the matches; with them (a label per match, e.g.
+    its block of frames) whole groups go to one half: alternate groups first, then seeded random halves of
+    the groups. Matches that fix F give the same F from either half; matches that fix only a family of F's
+    (mostly on one plane) leave each half's fit to its few off-plane points, and the halves land apart. The
+    median over several splits keeps one unlucky split from deciding either way.
     """
-    out = []
+    apart, implied = [], []
+    labels = np.unique(groups) if groups is not None else None
     for seed in range(splits):
-        half = np.random.default_rng(seed).permutation(len(x0)) < len(x0) // 2
+        if labels is None:
+            half = np.random.default_rng(seed).permutation(len(x0)) < len(x0) // 2
+        else:
+            first = (labels[labels % 2 == 0] if seed == 0 else
+                     labels[np.random.default_rng(seed).permutation(len(labels))[: len(labels) // 2]])
+            half = np.isin(groups, first)  # type: ignore[arg-type]
         fits = [guarded_fit(x0[s], x1[s], wh_a, wh_b, fit) for s in (half, ~half)]
-        out.append(fundamental_distance(fits[0].F, fits[1].F, wh_a, wh_b) if all(h.ok for h in fits)  # type: ignore[arg-type]
-                   else float("inf"))
-    return float(np.median(out)) if out else float("inf")
+        if all(h.ok for h in fits):
+            d = fundamental_distance(fits[0].F, fits[1].F, wh_a, wh_b)  # type: ignore[arg-type]
+            n0, n1 = fits[0].inliers, fits[1].inliers
+            apart.append(d)
+            implied.append(d * math.sqrt(n0 * n1) / (n0 + n1))
+        else:
+            apart.append(float("inf"))
+            implied.append(float("inf"))
+    return (float(np.median(apart)), float(np.median(implied))) if apart else (float("inf"), float("inf"))
 
 
 TEXTURE_GRADIENT = 6.0  # camera_fixed_mask: a pixel with a weaker gradient cannot show motion above codec noise

@@ -90,7 +90,8 @@ class SampsonConfig:
     masks: tuple[tuple[str, tuple[tuple[float, float, float, float], ...]], ...] = ()  # role -> boxes to ignore
     auto_masks: bool = True  # find camera-fixed pixels of moving views in the real clip
     max_fit_error: float = 1.0  # reference from the real clip: held-out error it must stay under, px
-    max_disagreement: float = 1.0  # reference from the real clip: fits on disjoint frames at most this far apart, px
+    # reference from the real clip: the error that fits on disjoint frames imply for the estimate (median of 5 splits), px
+    max_disagreement: float = 1.0
     min_agreement: float = 0.5  # a reference is used only when the real clip scores under it on this share of frames
     crossview: bool = True
     crossview_dynamic: bool = True  # fixed pairs with a reference F: tangency of the moving silhouettes
@@ -395,7 +396,9 @@ class SampsonError:
         """("agrees" | "disagrees" | "unverified", why, figures) for a calibrated F against the real clip
         (worldtune.eval.calibration_check), with this scorer's fit settings and frame steps."""
         steps = None if frames is None else list(self._frames(min(len(frames[0]), len(frames[1]))))
-        return calibration_evidence(F, fa, fb, matcher, self.cfg.fit, self.cfg.min_inliers, frames, steps)
+        sizes = None if frames is None else (tuple(frames[0].shape[1:3]), tuple(frames[1].shape[1:3]))
+        return calibration_evidence(F, fa, fb, matcher, self.cfg.fit, self.cfg.min_inliers, frames, steps,
+                                    sizes)  # type: ignore[arg-type]
 
     def measure_scale(self, views: Mapping[str, np.ndarray], ref: Reference | None,
                       masks: Mapping[str, np.ndarray], samples: int = 6) -> float:
