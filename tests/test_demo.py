@@ -181,3 +181,16 @@ def test_seed_inputs_add_one_noise_seed_to_the_first_inputs(tmp_path):
     assert seed_overrides(seed_cfg, 0) is None
     assert seed_overrides(demo_config(tmp_path, 10, "tiny-predict2.5"), 5) is None  # seeds [0, 1] already
     assert seed_overrides(demo_config(tmp_path, 10, "tiny-predict2.5"), None) is None
+
+
+def test_the_demo_renders_the_arm_the_shipped_weights_were_made_on():
+    """The registered recipes describe the next seeds (a bold arm); the shipped weights were made on the grey one, so
+    the demo's data, and `--continue`, must keep rendering grey until new weights ship."""
+    from worldtune.demo import demo_data
+    from worldtune.models.seeds import read_manifest
+    from worldtune.seed import recipe_for, shipped_recipe
+
+    for name in ("seed-predict2.5", "seed-cosmos3"):
+        made_on = read_manifest(name)["recipe"].get("arm", "grey")
+        assert recipe_for(name).arm == "bold" and made_on == "grey"
+        assert shipped_recipe(name).arm == made_on == demo_data(name)["arm"]

@@ -128,7 +128,7 @@ def test_cuda_graphs_off_cuda_is_a_one_line_error(pipe):
         pipeline_dynamics(pipe).chunk_sampler(pipe, fast=True, cuda_graphs=True, compile=False)
 
 
-def test_a_compiling_sampler_lets_every_batch_shape_compile(tiny_cosmos3_dir, monkeypatch):
+def test_a_compiling_sampler_lets_every_batch_shape_compile(tiny_cosmos3_dir):
     """Each batch size and guidance branch is its own packed shape: with dynamo's default limit of 8 recompilations,
     a server whose clients step in several batch sizes fell back to eager layers (seen on an H200: the 4-rollout
     batch at guidance 6 ran eager after 8 shapes). Building a compiling sampler raises the limit."""
@@ -137,12 +137,13 @@ def test_a_compiling_sampler_lets_every_batch_shape_compile(tiny_cosmos3_dir, mo
     from worldtune.models.cosmos3_rollout import RECOMPILE_LIMIT
     from worldtune.models.load import load_pipeline
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
-    fresh, _ = load_pipeline(str(tiny_cosmos3_dir), dtype="fp32")  # compiled in place: not the module's pipeline
-    pipeline_dynamics(fresh).chunk_sampler(fresh, fast=True, cuda_graphs=False, compile=False)
-    assert torch._dynamo.config.recompile_limit == 8
-    pipeline_dynamics(fresh).chunk_sampler(fresh, fast=True, cuda_graphs=False, compile=True)
-    assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT >= 2 * 8  # serve.max_batch's default x 2 branches
+    # dynamo's own patch: pytest's monkeypatch would delete the setting on undo (torch's config module hides it then)
+    with torch._dynamo.config.patch(recompile_limit=8):
+        fresh, _ = load_pipeline(str(tiny_cosmos3_dir), dtype="fp32")  # compiled in place: not the module's pipeline
+        pipeline_dynamics(fresh).chunk_sampler(fresh, fast=True, cuda_graphs=False, compile=False)
+        assert torch._dynamo.config.recompile_limit == 8
+        pipeline_dynamics(fresh).chunk_sampler(fresh, fast=True, cuda_graphs=False, compile=True)
+        assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT >= 2 * 8  # serve.max_batch's default x 2
 
 
 def test_serve_fp8_runs_the_blocks_in_fp8_near_the_bf16_chunk(tiny_cosmos3_dir, one_thread, float8_on_cpu):
