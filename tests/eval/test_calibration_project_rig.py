@@ -18,6 +18,8 @@ from tests.eval.project_rig import H, ROLES, SETTINGS, W, calibrations, episode_
 from worldtune.eval.rig import PairReference, Reference
 from worldtune.eval.sampson import SampsonError
 
+pytestmark = pytest.mark.slow  # renders the project rig in three settings: 20-40 s of fixtures on 2 cores
+
 FRAMES = 32
 PAIRS = ("ext_0|ext_30", "ext_0|ext_78")
 

@@ -17,6 +17,8 @@ from tests.eval.droid_scene import distance_to_truth
 from tests.eval.project_rig import SETTINGS, calibrations, episode_views, through
 from worldtune.eval.sampson import SampsonConfig, SampsonError
 
+pytestmark = pytest.mark.slow  # renders the project rig in three settings: 20-40 s of fixtures on 2 cores
+
 FRAMES = 32
 RIGHT = "ext_30|ext_78"  # the pair whose matches fix F
 WRONG = ("ext_0|ext_30", "ext_0|ext_78")
