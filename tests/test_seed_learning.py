@@ -199,10 +199,10 @@ def scene_idm(tmp_path_factory) -> Path:
 
     from worldtune.cli import _stage as stage
     from worldtune.demo import demo_config
-    from worldtune.seed import recipe_for, write_data
+    from worldtune.seed import shipped_recipe, write_data
 
     out = tmp_path_factory.mktemp("scene_idm")
-    lerobot = write_data(dataclasses.replace(recipe_for(PREDICT), episodes=12), out / "lerobot")
+    lerobot = write_data(dataclasses.replace(shipped_recipe(PREDICT), episodes=12), out / "lerobot")
     cfg = demo_config(out, 1, PREDICT)
     stage("worldtune.idm.train")(cfg.model_copy(update={"idm": cfg.idm.model_copy(update={"dataset": str(lerobot)})}))
     return Path(cfg.idm.out)
