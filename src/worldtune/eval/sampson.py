@@ -11,8 +11,10 @@ the epipolar constraint. What makes the number mean something is *which* F and *
   it (worldtune.eval.calibration_check): a pair without correct matches is not a wrong calibration. Each frame's SIFT matches
   (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
-  averaged, and the frame's value is the median over the rest; a frame with fewer than
-  `min_support` of them is skipped, unless SIFT at a lower contrast threshold finds enough on it
+  averaged; of the rest the frame reads the largest group that also agree with each other
+  (`agreeing`: look-alikes that pass the gate are scattered over it, correct matches share the
+  video's error), its median the frame's value; a frame whose group has fewer than
+  `min_support` matches is skipped, unless SIFT at a lower contrast threshold finds enough on it
   (`fallback_contrast`: detected again only for such frames, and counted as `fallback_frames`; the
   gate and the skip rule are the same). Nothing is fitted to the video, so nothing absorbs its error:
   a view shifted by d px across the epipolar lines reads about d/√2 more (the Sampson distance
@@ -79,6 +81,9 @@ class SampsonConfig:
     min_cells: int = 4  # cells of a 4x4 grid the inliers must cover in each image
     gate: float = 6.0  # reference scoring: matches farther (px) are wrong matches, counted not averaged
     min_support: int = 6  # reference scoring: fewer matches agreeing with it -> pair skipped
+    # reference scoring: a frame reads its largest group of matches within 2 x max(agree_px, agree_share x level) (`agreeing`)
+    agree_px: float = 0.25
+    agree_share: float = 0.25
     window: int = 2  # reference scoring: frame t pools the matches of frames t-window..t+window
     # reference scoring: a frame short of agreeing matches is detected again at this SIFT contrast threshold (None: never)
     fallback_contrast: float | None = 0.02
@@ -453,7 +458,7 @@ class SampsonError:
     def crossview_reference(self, fa: Sequence[Features], fb: Sequence[Features], F: np.ndarray, matcher: SiftMatcher,
                             mode: str, name: str = "a|b",
                             fallback: "tuple[LazyFeatures, LazyFeatures] | None" = None) -> SeriesScore:
-        """Each frame's matches measured under the rig's F; wrong matches trimmed and counted.
+        """Each frame's matches measured under the rig's F; wrong matches left out (`agreeing`) and counted.
 
         A frame is scored on the distinct matches of the frames within ±`window` of it: F is the
         rig's and fixed, so neighbouring frames are more samples of the same constraint, and a
@@ -490,14 +495,14 @@ class SampsonError:
 
     def _agreeing(self, matches: Mapping[int, tuple[np.ndarray, np.ndarray]], t: int, steps: Sequence[int],
                   F: np.ndarray) -> tuple[np.ndarray, int]:
-        """Sampson distances of frame t's pooled distinct matches that agree with F (wrong ones trimmed),
+        """Sampson distances of frame t's pooled distinct matches that agree with F and each other (`agreeing`),
         and how many distinct matches there were: the skip reason tells the two shortfalls apart."""
         near_t = [matches[u] for u in self._pooled(t, steps)]
         x0 = np.concatenate([m[0] for m in near_t])
         x1 = np.concatenate([m[1] for m in near_t])
         keep = distinct(x0, x1)
         d = sampson_distance(F, x0[keep], x1[keep])
-        return trimmed(d, self.cfg.gate, self.cfg.min_support), len(d)
+        return agreeing(d, self.cfg.gate, self.cfg.min_support, self.cfg.agree_px, self.cfg.agree_share), len(d)
 
     def fallback(self, views: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray],
                  scale: float) -> "dict[str, LazyFeatures] | None":
@@ -676,26 +681,24 @@ class LazyFeatures:
         return self._done[t]
 
 
-def trimmed(d: np.ndarray, gate: float, min_support: int) -> np.ndarray:
-    """The distances of the matches that agree with the reference geometry: wrong matches trimmed.
+def agreeing(d: np.ndarray, gate: float, min_support: int, px: float = 0.25, share: float = 0.25) -> np.ndarray:
+    """The distances of the matches that agree with the reference geometry and with each other.
 
-    Start from every match within `gate` px, then repeatedly keep those within median + 3 robust
-    standard deviations (1.4826 x MAD) of the kept ones. Correct matches form a cluster whose
-    level moves with the video's geometric error (a view shifted by d px moves it by about d/√2);
-    wrong matches are spread over the whole gate and are cut away. Matches spread evenly (all
-    wrong) have no cluster to shrink to and keep a level near gate/2: they read high.
+    Of the matches within `gate` px, the largest group whose distances lie within a window that starts
+    at the group's lowest value v and spans 2 x max(`px`, `share` x v): correct matches share the
+    video's geometric error (a view shifted by d px puts them all near d/√2, codec noise spreads them
+    by a few tenths), wrong ones that pass the gate (look-alikes) are spread over it. The earlier
+    rule, a median trimmed to median + 3 robust σ, read the wrong ones whenever they outnumbered the
+    correct ones in a frame, which on a plain wall flips with the encode; the largest group does not.
+    Ties go to the lower group. Fewer than `min_support` matches in the group: returned as is, and the
+    frame is skipped by the caller (scattered look-alikes have no such group).
     """
-    near = d[np.isfinite(d) & (d <= gate)]
-    for _ in range(10):
-        if len(near) < min_support:
-            break
-        m = float(np.median(near))
-        limit = min(gate, m + 3 * max(1.4826 * float(np.median(np.abs(near - m))), 0.05))
-        kept = near[near <= limit]
-        if len(kept) == len(near):
-            break
-        near = kept
-    return near
+    v = np.sort(d[np.isfinite(d) & (d <= gate)])
+    if len(v) < min_support:
+        return v
+    ends = np.searchsorted(v, v + 2 * np.maximum(px, share * v), side="right")
+    i = int(np.argmax(ends - np.arange(len(v))))
+    return v[i:ends[i]]
 
 
 def _score_one(cfg: SampsonConfig, source: "VideoSource", reference: Reference | None) -> VideoScore:
