@@ -50,7 +50,7 @@ def test_more_wrong_matches_do_not_move_the_figure():
 
 
 def test_a_view_shifted_across_the_lines_still_reads_its_shift():
-    shifted = series([d + 1.4 for d in CORRECT] + WRONG[:4])  # the correct group moved to 1.5-1.7 px
+    shifted = series([d + 1.4 for d in CORRECT] + WRONG[:4])  # the correct matches moved to 1.5-1.7 px
     true = series(CORRECT + WRONG[:4])
     assert 1.4 < shifted.median < 1.8, shifted.summary()
     assert shifted.median > 5 * true.median

@@ -11,9 +11,9 @@ the epipolar constraint. What makes the number mean something is *which* F and *
   it (worldtune.eval.calibration_check): a pair without correct matches is not a wrong calibration. Each frame's SIFT matches
   (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
-  averaged; of the rest the frame reads the largest group that also agree with each other
-  (`agreeing`: look-alikes that pass the gate are scattered over it, correct matches share the
-  video's error), its median the frame's value; a frame whose group has fewer than
+  averaged; the rest, sorted by distance and split at wide gaps, the frame reads the largest piece
+  of (`agreeing`: look-alikes that pass the gate are scattered over it, correct matches share the
+  video's error), its median the frame's value; a frame whose piece has fewer than
   `min_support` matches is skipped, unless SIFT at a lower contrast threshold finds enough on it
   (`fallback_contrast`: detected again only for such frames, and counted as `fallback_frames`; the
   gate and the skip rule are the same). Nothing is fitted to the video, so nothing absorbs its error:
@@ -81,9 +81,10 @@ class SampsonConfig:
     min_cells: int = 4  # cells of a 4x4 grid the inliers must cover in each image
     gate: float = 6.0  # reference scoring: matches farther (px) are wrong matches, counted not averaged
     min_support: int = 6  # reference scoring: fewer matches agreeing with it -> pair skipped
-    # reference scoring: a frame reads its largest group of matches within 2 x max(agree_px, agree_share x level) (`agreeing`)
-    agree_px: float = 0.25
-    agree_share: float = 0.25
+    # reference scoring: a frame reads the largest piece of its sorted distances split at gaps > max(agree_px,
+    # agree_share x the lower one) (`agreeing`)
+    agree_px: float = 0.15
+    agree_share: float = 0.15
     window: int = 2  # reference scoring: frame t pools the matches of frames t-window..t+window
     # reference scoring: a frame short of agreeing matches is detected again at this SIFT contrast threshold (None: never)
     fallback_contrast: float | None = 0.02
@@ -681,24 +682,25 @@ class LazyFeatures:
         return self._done[t]
 
 
-def agreeing(d: np.ndarray, gate: float, min_support: int, px: float = 0.25, share: float = 0.25) -> np.ndarray:
+def agreeing(d: np.ndarray, gate: float, min_support: int, px: float = 0.15, share: float = 0.15) -> np.ndarray:
     """The distances of the matches that agree with the reference geometry and with each other.
 
-    Of the matches within `gate` px, the largest group whose distances lie within a window that starts
-    at the group's lowest value v and spans 2 x max(`px`, `share` x v): correct matches share the
-    video's geometric error (a view shifted by d px puts them all near d/√2, codec noise spreads them
-    by a few tenths), wrong ones that pass the gate (look-alikes) are spread over it. The earlier
-    rule, a median trimmed to median + 3 robust σ, read the wrong ones whenever they outnumbered the
-    correct ones in a frame, which on a plain wall flips with the encode; the largest group does not.
-    Ties go to the lower group. Fewer than `min_support` matches in the group: returned as is, and the
-    frame is skipped by the caller (scattered look-alikes have no such group).
+    Of the matches within `gate` px, sorted, split wherever two neighbouring distances lie more than
+    max(`px`, `share` x the lower one) apart, and keep the largest piece. Correct matches share the
+    video's geometric error and lie close together: codec noise spreads them by a few tenths of a
+    pixel, a view shifted by d px moves them together to about d/√2, and a view whose error varies
+    over the image (a turned camera, a warp) spreads them over a continuous range that stays one
+    piece. Wrong matches that pass the gate (look-alikes) are scattered over it, with gaps between
+    them. The earlier rule, a median trimmed to median + 3 robust σ, read the look-alikes whenever
+    they outnumbered a frame's correct matches, which over a plain wall flips with the encode; the
+    largest piece does not. Ties go to the lower piece. Fewer than `min_support` matches in it:
+    returned as is, and the caller skips the frame (scattered look-alikes form no such piece).
     """
     v = np.sort(d[np.isfinite(d) & (d <= gate)])
     if len(v) < min_support:
         return v
-    ends = np.searchsorted(v, v + 2 * np.maximum(px, share * v), side="right")
-    i = int(np.argmax(ends - np.arange(len(v))))
-    return v[i:ends[i]]
+    pieces = np.split(v, np.flatnonzero(np.diff(v) > np.maximum(px, share * v[:-1])) + 1)
+    return pieces[int(np.argmax([len(p) for p in pieces]))]
 
 
 def _score_one(cfg: SampsonConfig, source: "VideoSource", reference: Reference | None) -> VideoScore:
