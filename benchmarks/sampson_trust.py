@@ -118,26 +118,35 @@ def _scene(setting_name: str, frames: int) -> tuple[dict, dict, dict, dict]:
     """(true views, true F per pair, K per role, {degrees: the views with one camera turned}) of the project rig's
     setting or of the DROID-size scene (`droid`, tests/eval/droid_scene.py: its 30° and 78° pairs, ext_b turned)."""
     if setting_name == "droid":
-        import math
-
-        from tests.eval.droid_scene import FIXED, RIG, TARGET, DroidEpisode
-        from worldtune.scene.raycast import Camera, look_at
+        from tests.eval.droid_scene import FIXED, DroidEpisode
 
         ep = DroidEpisode(0, frames)
         pairs = {k: ep.F(*k.split("|")) for k in ("ext_a|ext_b", "ext_a|ext_c")}
-        turned = {}
-        for deg in TURNS:
-            other = DroidEpisode(0, frames)
-            az, el, dist = math.radians(RIG["ext_b"][0] + deg), math.radians(RIG["ext_b"][1]), RIG["ext_b"][2]
-            eye = TARGET + dist * np.array([math.sin(az) * math.cos(el), -math.cos(az) * math.cos(el), math.sin(el)])
-            cam = Camera(other.K_ext, *look_at(eye, TARGET), other.width, other.height)
-            other.camera = lambda role, i=0, _o=other, _c=cam: _c if role == "ext_b" else DroidEpisode.camera(_o, role, i)  # type: ignore[method-assign]
-            turned[deg] = {"ext_b": np.stack([other.render_view("ext_b", i) for i in range(frames)])}
+        turned = {deg: {"ext_b": _droid_turned(frames, "ext_b", deg)} for deg in TURNS}
         return ep.views(FIXED), pairs, {r: ep.camera(r).K for r in FIXED}, turned
     setting = SETTINGS[setting_name]
     raw, cams = episode_views(0, frames, setting)
     turned = {deg: {"ext_30": episode_views(0, frames, setting, turn={"ext_30": deg})[0]["ext_30"]} for deg in TURNS}
     return raw, calibrations(cams, setting)["right"], {r: cams[r].K for r in ROLES}, turned
+
+
+def _droid_turned(frames: int, role: str, degrees: float) -> np.ndarray:
+    """Episode 0's view of `role` on the DROID-size scene, its camera turned `degrees` further about the table."""
+    import math
+
+    from tests.eval.droid_scene import RIG, TARGET, DroidEpisode
+    from worldtune.scene.raycast import Camera, look_at
+
+    ep = DroidEpisode(0, frames)
+    az, el, dist = math.radians(RIG[role][0] + degrees), math.radians(RIG[role][1]), RIG[role][2]
+    eye = TARGET + dist * np.array([math.sin(az) * math.cos(el), -math.cos(az) * math.cos(el), math.sin(el)])
+    cam = Camera(ep.K_ext, *look_at(eye, TARGET), ep.width, ep.height)
+
+    def camera(r: str, i: int = 0) -> Camera:
+        return cam if r == role else DroidEpisode.camera(ep, r, i)
+
+    ep.camera = camera  # type: ignore[method-assign]
+    return np.stack([ep.render_view(role, i) for i in range(frames)])
 
 
 def whole_frame_encodes(setting_name: str, frames: int, crfs: tuple[int, ...] = (18, 28, 35)) -> dict:
