@@ -18,6 +18,11 @@ the same cameras' view of another episode of the same task (another layout and p
 with the arm of one view moved 1, 2 or 4 cm sideways or up (`dynamic_arm_moved`).
 
     PYTHONPATH=src:. .venv/bin/python benchmarks/sampson_trust.py --json benchmarks/results/sampson_trust.json
+
+`--encodes` adds (`--encodes-only`: only) the whole-frame figure of each setting's clip and of the DROID-size scene
+(tests/eval/droid_scene.py) through x264 and AV1 at CRF 18, 28 and 35 under the true calibration, per pair and for
+the clip, with its bimodality flag; and the same clip with one camera turned 2° and 4° further about the table (a
+wrong view, which must read worse).
 """
 
 from __future__ import annotations
@@ -106,26 +111,75 @@ def arm_moved(setting: dict, frames: int, views: dict, reference) -> dict:
     return out
 
 
+TURNS = (2.0, 4.0)  # wrong views: one camera turned this many degrees further about the table
+
+
+def _scene(setting_name: str, frames: int) -> tuple[dict, dict, dict, dict]:
+    """(true views, true F per pair, K per role, {degrees: the views with one camera turned}) of the project rig's
+    setting or of the DROID-size scene (`droid`, tests/eval/droid_scene.py: its 30° and 78° pairs, ext_b turned)."""
+    if setting_name == "droid":
+        from tests.eval.droid_scene import FIXED, DroidEpisode
+
+        ep = DroidEpisode(0, frames)
+        pairs = {k: ep.F(*k.split("|")) for k in ("ext_a|ext_b", "ext_a|ext_c")}
+        turned = {deg: {"ext_b": _droid_turned(frames, "ext_b", deg)} for deg in TURNS}
+        return ep.views(FIXED), pairs, {r: ep.camera(r).K for r in FIXED}, turned
+    setting = SETTINGS[setting_name]
+    raw, cams = episode_views(0, frames, setting)
+    turned = {deg: {"ext_30": episode_views(0, frames, setting, turn={"ext_30": deg})[0]["ext_30"]} for deg in TURNS}
+    return raw, calibrations(cams, setting)["right"], {r: cams[r].K for r in ROLES}, turned
+
+
+def _droid_turned(frames: int, role: str, degrees: float) -> np.ndarray:
+    """Episode 0's view of `role` on the DROID-size scene, its camera turned `degrees` further about the table."""
+    import math
+
+    from tests.eval.droid_scene import RIG, TARGET, DroidEpisode
+    from worldtune.scene.raycast import Camera, look_at
+
+    ep = DroidEpisode(0, frames)
+    az, el, dist = math.radians(RIG[role][0] + degrees), math.radians(RIG[role][1]), RIG[role][2]
+    eye = TARGET + dist * np.array([math.sin(az) * math.cos(el), -math.cos(az) * math.cos(el), math.sin(el)])
+    cam = Camera(ep.K_ext, *look_at(eye, TARGET), ep.width, ep.height)
+
+    def camera(r: str, i: int = 0) -> Camera:
+        return cam if r == role else DroidEpisode.camera(ep, r, i)
+
+    ep.camera = camera  # type: ignore[method-assign]
+    return np.stack([ep.render_view(role, i) for i in range(frames)])
+
+
 def whole_frame_encodes(setting_name: str, frames: int, crfs: tuple[int, ...] = (18, 28, 35)) -> dict:
-    """The whole-frame cross-view figure of the clip (median over all its scored frames, the video's value) and
-    whether its per-frame values fall in two groups, through x264 and AV1 at each CRF, under the true calibration."""
+    """The whole-frame cross-view figure of the clip (median over all its scored frames, the video's value), per pair,
+    and whether its per-frame values fall in two groups, through x264 and AV1 at each CRF, under the true calibration;
+    and the same for the clip with one camera turned 2° and 4° about the table (a wrong view: it must read worse)."""
     from worldtune.eval.rig import PairReference, Reference
     from worldtune.eval.sampson import SampsonError, two_groups
 
-    setting = SETTINGS[setting_name]
-    raw, cams = episode_views(0, frames, setting)
-    pairs = calibrations(cams, setting)["right"]
+    raw, pairs, K, turned = _scene(setting_name, frames)
+    roles = sorted(raw)
     metric = SampsonError()
     out: dict = {}
+
+    def figures(score) -> dict:
+        clip = score.overall("crossview")
+        return {"median_px": _round(clip.median), "frames": clip.evaluated, "skips": clip.skipped,
+                "bimodal": two_groups(clip.pair_medians),
+                "pairs": {k: {"median_px": _round(s.median), "frames": s.evaluated} for k, s in score.crossview.items()}}
+
     with tempfile.TemporaryDirectory() as tmp:
         for codec in ("x264", "av1"):
             for crf in crfs:
                 views = {r: through(v, codec, crf, Path(tmp), f"{r}{crf}") for r, v in raw.items()}
-                base = Reference("ep0", {r: (H, W) for r in ROLES}, set(),
-                                 {k: PairReference(F, "calibrated") for k, F in pairs.items()}, K={r: cams[r].K for r in ROLES})
-                clip = metric.score_views(views, reference=metric.reference(views, "ep0", base=base)).overall("crossview")
-                out[f"{codec}_crf{crf}"] = {"median_px": _round(clip.median), "frames": clip.evaluated,
-                                            "bimodal": two_groups(clip.pair_medians)}
+                h, w = views[roles[0]].shape[1:3]
+                base = Reference("ep0", {r: (h, w) for r in roles}, set(),
+                                 {k: PairReference(F, "calibrated") for k, F in pairs.items()}, K=K)
+                ref = metric.reference(views, "ep0", base=base)
+                row = {"true": figures(metric.score_views(views, reference=ref))}
+                for deg, wrong in turned.items():
+                    moved = {**views, **{r: through(v, codec, crf, Path(tmp), f"t{r}{crf}") for r, v in wrong.items()}}
+                    row[f"turned_{deg:g}deg"] = figures(metric.score_views(moved, reference=ref))
+                out[f"{codec}_crf{crf}"] = row
     return out
 
 
@@ -134,13 +188,17 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=32)
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--encodes", action="store_true", help="also the whole-frame figure through x264 and AV1 at CRF 18/28/35")
+    ap.add_argument("--encodes", action="store_true", help="also the whole-frame figure through x264 and AV1 at CRF 18/28/35, "
+                    "true and with one camera turned 2° and 4°, on each setting and on the DROID-size scene")
+    ap.add_argument("--encodes-only", action="store_true", help="only that")
     args = ap.parse_args()
     t0 = time.time()
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or platform.machine(),
-              "frames": args.frames, "settings": {s: measure(s, args.frames) for s in args.settings}}
-    if args.encodes:
-        result["whole_frame_encodes"] = {s: whole_frame_encodes(s, args.frames) for s in args.settings}
+              "frames": args.frames}
+    if not args.encodes_only:
+        result["settings"] = {s: measure(s, args.frames) for s in args.settings}
+    if args.encodes or args.encodes_only:
+        result["whole_frame_encodes"] = {s: whole_frame_encodes(s, args.frames) for s in [*args.settings, "droid"]}
     result["seconds"] = round(time.time() - t0, 1)
     text = json.dumps(result, indent=1, default=str)
     print(text)

@@ -43,12 +43,13 @@ def rig(setting: dict, turn: dict[str, float] | None = None) -> dict[str, tuple[
     return out
 
 
-def episode_views(index: int, frames: int, setting: dict,
-                  offset: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict]:
+def episode_views(index: int, frames: int, setting: dict, offset: np.ndarray | None = None,
+                  turn: dict[str, float] | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """The fixed views of episode `index` (the red block to the bowl) under the setting's rig, and its cameras.
 
     The scene names its exterior cameras; each role is drawn as its first exterior camera placed where the role is.
-    `offset` (metres, world x right / y away / z up) moves the arm and the block it carries: a misplaced arm."""
+    `offset` (metres, world x right / y away / z up) moves the arm and the block it carries: a misplaced arm;
+    `turn` (degrees per role) turns those cameras further about the table: a wrong view of the whole scene."""
     from worldtune.scene.episode import SyntheticEpisode
     from worldtune.scene.raycast import Camera
 
@@ -56,7 +57,7 @@ def episode_views(index: int, frames: int, setting: dict,
     if setting.get("plain_wall"):
         noise = np.random.default_rng(3).random((256, 256, 1)).astype(np.float32)
         ep.tex = {**ep.tex, "mat": np.broadcast_to(0.62 + 0.03 * cv2.GaussianBlur(noise, (0, 0), 6)[..., None], (256, 256, 3)).copy()}
-    ext = rig(setting)
+    ext = rig(setting, turn)
     views = {}
     for role in ROLES:
         ep.ext = {**ep.ext, "exterior_1_left": ext[role]}

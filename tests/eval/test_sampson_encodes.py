@@ -3,9 +3,11 @@
 Scene: tests/eval/droid_scene.py (the 30° and the 78° pair, true calibration), 32 frames written by
 `worldtune.data.video.write_video` (x264) at CRF 18, 28 and 35. A figure whose per-frame values fall
 in two groups jumps between encodes (one group larger, then the other); this checks that the clip's
-values are not bimodal on any encode and that the figure stays within 0.15 px across them. Measured
-(docs/benchmarks.md): 0.113 / 0.148 / 0.230 px, 0.117 px apart, so the 0.1 px aim is not met through
-x264 (it is through AV1: 0.061 px); the drift is the 30° pair's few matches localising worse at CRF 35.
+values are not bimodal on any encode and that the figure stays within 0.105 px across them. Measured
+(docs/benchmarks.md): 0.111 / 0.142 / 0.211 px, 0.100 px apart, at the 0.1 px aim's edge (through AV1:
+0.039 px); the rise at CRF 35 is the 30° pair localising worse on every frame. Before a frame read the
+largest agreeing piece of its matches (`worldtune.eval.sampson.agreeing`) it was 0.113 / 0.148 / 0.230 px,
+0.117 px apart, which this fails.
 """
 
 from __future__ import annotations
@@ -38,4 +40,4 @@ def test_the_clip_figure_is_stable_and_not_bimodal_across_crf(tmp_path):
         assert "bimodal" not in clip.summary()
         values[crf] = clip.median
     assert np.isfinite(list(values.values())).all(), values
-    assert max(values.values()) - min(values.values()) < 0.15, values
+    assert max(values.values()) - min(values.values()) < 0.105, values

@@ -11,8 +11,10 @@ the epipolar constraint. What makes the number mean something is *which* F and *
   it (worldtune.eval.calibration_check): a pair without correct matches is not a wrong calibration. Each frame's SIFT matches
   (mutual nearest neighbours + ratio test) are measured under it. Matches farther than `gate` px
   from the reference geometry are wrong matches: they are counted (`inlier_fraction`), not
-  averaged, and the frame's value is the median over the rest; a frame with fewer than
-  `min_support` of them is skipped, unless SIFT at a lower contrast threshold finds enough on it
+  averaged; the rest, sorted by distance and split at wide gaps, the frame reads the largest piece
+  of (`agreeing`: look-alikes that pass the gate are scattered over it, correct matches share the
+  video's error), its median the frame's value; a frame whose piece has fewer than
+  `min_support` matches is skipped, unless SIFT at a lower contrast threshold finds enough on it
   (`fallback_contrast`: detected again only for such frames, and counted as `fallback_frames`; the
   gate and the skip rule are the same). Nothing is fitted to the video, so nothing absorbs its error:
   a view shifted by d px across the epipolar lines reads about d/√2 more (the Sampson distance
@@ -79,6 +81,10 @@ class SampsonConfig:
     min_cells: int = 4  # cells of a 4x4 grid the inliers must cover in each image
     gate: float = 6.0  # reference scoring: matches farther (px) are wrong matches, counted not averaged
     min_support: int = 6  # reference scoring: fewer matches agreeing with it -> pair skipped
+    # reference scoring: a frame reads the largest piece of its sorted distances split at gaps > max(agree_px,
+    # agree_share x the lower one) (`agreeing`)
+    agree_px: float = 0.15
+    agree_share: float = 0.15
     window: int = 2  # reference scoring: frame t pools the matches of frames t-window..t+window
     # reference scoring: a frame short of agreeing matches is detected again at this SIFT contrast threshold (None: never)
     fallback_contrast: float | None = 0.02
@@ -453,7 +459,7 @@ class SampsonError:
     def crossview_reference(self, fa: Sequence[Features], fb: Sequence[Features], F: np.ndarray, matcher: SiftMatcher,
                             mode: str, name: str = "a|b",
                             fallback: "tuple[LazyFeatures, LazyFeatures] | None" = None) -> SeriesScore:
-        """Each frame's matches measured under the rig's F; wrong matches trimmed and counted.
+        """Each frame's matches measured under the rig's F; wrong matches left out (`agreeing`) and counted.
 
         A frame is scored on the distinct matches of the frames within ±`window` of it: F is the
         rig's and fixed, so neighbouring frames are more samples of the same constraint, and a
@@ -490,14 +496,14 @@ class SampsonError:
 
     def _agreeing(self, matches: Mapping[int, tuple[np.ndarray, np.ndarray]], t: int, steps: Sequence[int],
                   F: np.ndarray) -> tuple[np.ndarray, int]:
-        """Sampson distances of frame t's pooled distinct matches that agree with F (wrong ones trimmed),
+        """Sampson distances of frame t's pooled distinct matches that agree with F and each other (`agreeing`),
         and how many distinct matches there were: the skip reason tells the two shortfalls apart."""
         near_t = [matches[u] for u in self._pooled(t, steps)]
         x0 = np.concatenate([m[0] for m in near_t])
         x1 = np.concatenate([m[1] for m in near_t])
         keep = distinct(x0, x1)
         d = sampson_distance(F, x0[keep], x1[keep])
-        return trimmed(d, self.cfg.gate, self.cfg.min_support), len(d)
+        return agreeing(d, self.cfg.gate, self.cfg.min_support, self.cfg.agree_px, self.cfg.agree_share), len(d)
 
     def fallback(self, views: Mapping[str, np.ndarray], masks: Mapping[str, np.ndarray],
                  scale: float) -> "dict[str, LazyFeatures] | None":
@@ -676,26 +682,25 @@ class LazyFeatures:
         return self._done[t]
 
 
-def trimmed(d: np.ndarray, gate: float, min_support: int) -> np.ndarray:
-    """The distances of the matches that agree with the reference geometry: wrong matches trimmed.
+def agreeing(d: np.ndarray, gate: float, min_support: int, px: float = 0.15, share: float = 0.15) -> np.ndarray:
+    """The distances of the matches that agree with the reference geometry and with each other.
 
-    Start from every match within `gate` px, then repeatedly keep those within median + 3 robust
-    standard deviations (1.4826 x MAD) of the kept ones. Correct matches form a cluster whose
-    level moves with the video's geometric error (a view shifted by d px moves it by about d/√2);
-    wrong matches are spread over the whole gate and are cut away. Matches spread evenly (all
-    wrong) have no cluster to shrink to and keep a level near gate/2: they read high.
+    Of the matches within `gate` px, sorted, split wherever two neighbouring distances lie more than
+    max(`px`, `share` x the lower one) apart, and keep the largest piece. Correct matches share the
+    video's geometric error and lie close together: codec noise spreads them by a few tenths of a
+    pixel, a view shifted by d px moves them together to about d/√2, and a view whose error varies
+    over the image (a turned camera, a warp) spreads them over a continuous range that stays one
+    piece. Wrong matches that pass the gate (look-alikes) are scattered over it, with gaps between
+    them. The earlier rule, a median trimmed to median + 3 robust σ, read the look-alikes whenever
+    they outnumbered a frame's correct matches, which over a plain wall flips with the encode; the
+    largest piece does not. Ties go to the lower piece. Fewer than `min_support` matches in it:
+    returned as is, and the caller skips the frame (scattered look-alikes form no such piece).
     """
-    near = d[np.isfinite(d) & (d <= gate)]
-    for _ in range(10):
-        if len(near) < min_support:
-            break
-        m = float(np.median(near))
-        limit = min(gate, m + 3 * max(1.4826 * float(np.median(np.abs(near - m))), 0.05))
-        kept = near[near <= limit]
-        if len(kept) == len(near):
-            break
-        near = kept
-    return near
+    v = np.sort(d[np.isfinite(d) & (d <= gate)])
+    if len(v) < min_support:
+        return v
+    pieces = np.split(v, np.flatnonzero(np.diff(v) > np.maximum(px, share * v[:-1])) + 1)
+    return pieces[int(np.argmax([len(p) for p in pieces]))]
 
 
 def _score_one(cfg: SampsonConfig, source: "VideoSource", reference: Reference | None) -> VideoScore:
