@@ -12,7 +12,7 @@ import pytest
 from worldtune.config import load_config
 from worldtune.errors import DatasetError
 from worldtune.eval.dynamics import OTHER_SUFFIX, derangement
-from worldtune.eval.evaluate import aggregate
+from worldtune.eval.scores import aggregate
 
 pytestmark = pytest.mark.usefixtures("domain_tables")
 ROLES = ("exterior_1", "exterior_2", "wrist")

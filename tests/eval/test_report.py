@@ -114,7 +114,8 @@ def test_every_model_has_its_own_colour_in_every_plot(tmp_path, monkeypatch):
     """Base, two adapters and a baseline: four colours, the same in the bar plot and the horizon plot."""
     from matplotlib.axes import Axes
 
-    from worldtune.eval.report import REFERENCE_COLOUR, model_colours, plot_curve, plot_metric
+    from worldtune.eval.report import plot_curve, plot_metric
+    from worldtune.eval.report_format import REFERENCE_COLOUR, model_colours
 
     labels = ["base", "lora", "dora", "first_frame", "real"]
     seen: dict[str, list] = {"plot": [], "bar": []}
@@ -212,7 +213,8 @@ def test_the_report_says_why_a_pair_has_no_geometry_or_an_unchecked_one():
 def test_the_dynamic_figure_carries_its_floor_and_scope_in_results_json_and_on_the_console(capsys):
     """results.json's value of sampson_crossview_dynamic for every generated model says its floor (the real
     clips' mean) and its scope; the console prints the floor beside the value and the scope under the table."""
-    from worldtune.eval.evaluate import DYNAMIC_SCOPE, aggregate, print_summary
+    from worldtune.eval.scores import DYNAMIC_SCOPE, aggregate
+    from worldtune.eval.summary import print_summary
 
     rows = [{"model": m, "name": f"in{i}", "seed": 0, "sampson_crossview_dynamic": v + 0.1 * i, "psnr": 20.0}
             for m, v in (("real", 2.6), ("base", 2.7), ("lora", 3.5)) for i in range(3)]

@@ -119,7 +119,8 @@ def test_best_models_honours_direction_ties_and_missing_values():
 def test_evaluate_summary_fits_80_columns_and_shows_the_paired_differences(capsys):
     """A 2-input run with every metric and long labels: no cell cut short, the differences to the base printed
     with n pairs and inputs, and the missing interval explained."""
-    from worldtune.eval.evaluate import aggregate, print_summary
+    from worldtune.eval.scores import aggregate
+    from worldtune.eval.summary import print_summary
 
     metrics = ["sampson_temporal", "sampson_crossview", "psnr", "ssim", "dynamic_psnr", "motion_iou_spatial",
                "warp_error"]

@@ -14,7 +14,7 @@ Two drives per clip and model:
   derangement (`derangement`): same first frame, same seed, same task text, only the actions differ.
 
 A model that uses its actions is closer to the real continuation under its own actions, so the paired
-difference own - other (the *action sensitivity*, worldtune.eval.evaluate) is positive for PSNR-like metrics.
+difference own - other (the *action sensitivity*, worldtune.eval.scores) is positive for PSNR-like metrics.
 A model that ignores its actions makes the same video under both drives (difference 0), however good its
 pictures are; that is what this figure separates from the plain scores.
 

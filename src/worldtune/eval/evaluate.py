@@ -51,28 +51,14 @@ import numpy as np
 from worldtune.errors import EvaluationError
 from worldtune.eval.end_effector import METRIC as EE_METRIC
 from worldtune.eval.sampson import KINDS
+from worldtune.eval.scores import (BASE, LOWER_IS_BETTER, PIXEL_METRICS, REFERENCE, SAMPSON_METRICS, _finite,
+                                       aggregate, base_label, is_reference, stats)
+from worldtune.eval.summary import print_summary
 from worldtune.names import inside
 
 FORMAT = "worldtune.eval"
 VERSION = 1
-REFERENCE = "real"  # model label of the ground-truth clips
-SAMPSON_METRICS = tuple(f"sampson_{k}" for k in KINDS)
-PIXEL_METRICS = ("psnr", "ssim", "dynamic_psnr", "motion_iou_spatial", "motion_iou_spatiotemporal", "warp_error")
 JUDGE_METRICS = {"judge_physics": "physical_plausibility", "judge_instruction": "instruction_following"}
-LOWER_IS_BETTER = set(SAMPSON_METRICS) | {"warp_error", EE_METRIC}
-BASE = "base"  # model label of the un-adapted model, what every other model is compared with
-DYNAMIC = "sampson_crossview_dynamic"
-# what the dynamic figure can and cannot resolve: written beside its values in results.json, the console and the report
-DYNAMIC_SCOPE = ("sampson_crossview_dynamic reads where the outermost points of what moves sit against the rig's "
-                 "epipolar geometry, per fixed pair, and only across the epipolar lines: a misplacement along them reads "
-                 "as right. Its floor on this footage is the real clips' own value, shown beside every value: a value "
-                 "near the floor says nothing about the model, only a rise above it reads a misplaced arm. Where an "
-                 "object rests in one place for part of the clip (a block before it is picked up, or its empty place "
-                 "after), that still spot counts as moving and can be the outermost point on every frame: the figure "
-                 "then reads that spot, not the arm, and another episode of the same task may read as low as the truth "
-                 "(on rendered footage, a 30° pair: 0.16-0.68 px for another episode, 0.04-0.62 px for the truth; other "
-                 "pairs 6-26 px). Where the real clips themselves read several pixels, a misplacement of a few pixels "
-                 "is not resolved")
 
 
 # -------------------------------------------------------------------------------------- inputs
@@ -99,10 +85,6 @@ class Entry:
     @property
     def reference(self) -> bool:
         return is_reference(self.model)
-
-
-def is_reference(label: str) -> bool:
-    return label == REFERENCE or label.startswith(REFERENCE + ":")
 
 
 def read_generation_folder(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -477,130 +459,6 @@ def run_judge(entries: Sequence[Entry], cfg: Any, metrics: Sequence[str], out: P
                  "cache": str(out / "judge_cache.jsonl"), "input": cfg.judge_input, "fps": cfg.judge_fps}
 
 
-# --------------------------------------------------------------------------------- aggregation
-def _finite(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
-def stats(values: Sequence[float | None]) -> dict[str, Any]:
-    """mean, std (population), median and n of the values that exist; missing ones counted."""
-    arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
-    base = {"n": int(len(arr)), "missing": int(len(values) - len(arr))}
-    if not len(arr):
-        return {**base, "mean": None, "std": None, "median": None}
-    return {**base, "mean": float(arr.mean()), "std": float(arr.std()), "median": float(np.median(arr))}
-
-
-def base_label(label: str) -> str:
-    """The base model a model is compared with: "base", or "<folder>/base" for qualified labels."""
-    return f"{label.rsplit('/', 1)[0]}/{BASE}" if "/" in label else BASE
-
-
-def versus_base(rows: Sequence[dict[str, Any]], label: str, metric: str) -> dict[str, Any]:
-    """Paired difference of a model to its base over the same (input, seed) pairs, CI over inputs."""
-    from worldtune.eval.stats import paired_difference
-
-    def scores(lab: str) -> dict[tuple[str, Any], float]:
-        return {(r["name"], r["seed"]): r[metric] for r in rows if r["model"] == lab and r.get(metric) is not None}
-
-    base = base_label(label)
-    has_base = any(r["model"] == base for r in rows)
-    d = paired_difference(scores(label), scores(base) if has_base else None, higher_is_better=metric not in LOWER_IS_BETTER)
-    return {"base": base, **d.to_dict()}
-
-
-def action_sensitivity(rows: Sequence[dict[str, Any]], label: str, metric: str, view: str | None = None) -> dict[str, Any]:
-    """Paired difference of a model under its clips' own actions to the same model under another episode's
-    actions (same clip, first frame and seed; worldtune.eval.dynamics), CI over clips. For PSNR-like metrics a
-    model that uses its actions reads > 0; one that ignores them reads 0."""
-    from worldtune.eval.dynamics import OTHER_SUFFIX
-    from worldtune.eval.stats import paired_difference
-
-    def scores(lab: str) -> dict[tuple[str, Any], float]:
-        out = {}
-        for r in rows:
-            v = r.get(metric) if view is None else ((r.get("pixel_views") or {}).get(view) or {}).get(metric)
-            if r["model"] == lab and v is not None:
-                out[(r["name"], r["seed"])] = v
-        return out
-
-    d = paired_difference(scores(label), scores(label + OTHER_SUFFIX), higher_is_better=metric not in LOWER_IS_BETTER)
-    return {"other": label + OTHER_SUFFIX, **d.to_dict()}
-
-
-def per_view(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Per camera view (of a multi-camera layout): statistics of each pixel metric over the videos."""
-    roles = sorted({role for r in rows for role in (r.get("pixel_views") or {})})
-    if len(roles) < 2:
-        return {}
-    wanted = [m for m in metrics if m in PIXEL_METRICS]
-    return {role: {m: stats([((r.get("pixel_views") or {}).get(role) or {}).get(m) for r in rows]) for m in wanted}
-            for role in roles}
-
-
-def aggregate(rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Per model (over all its videos) and per model and input (over seeds) statistics of each metric (and per
-    camera view for the pixel metrics), for every model but the base and the real clips its paired difference to
-    the base, and for a model also driven by other episodes' actions its action sensitivity."""
-    from worldtune.eval.dynamics import OTHER_SUFFIX, is_other
-    from worldtune.eval.stats import best_models
-
-    models: dict[str, Any] = {}
-    inputs: dict[str, dict[str, Any]] = {}
-    labels = {r["model"] for r in rows}
-    described = {r["model"]: r.get("description") for r in rows if r.get("baseline")}  # baselines, in their words
-    for label in sorted(labels, key=lambda m: (is_reference(m), m in described, is_other(m), m != BASE, m)):
-        mine = [r for r in rows if r["model"] == label]
-        names = sorted({r["name"] for r in mine})
-        models[label] = {"reference": is_reference(label), "baseline": label in described, "videos": len(mine),
-                         "inputs": len(names), **{m: stats([r.get(m) for r in mine]) for m in metrics}}
-        if label in described:
-            models[label]["description"] = described[label]
-        views = per_view(mine, metrics)
-        if views:
-            models[label]["views"] = views
-        if not is_reference(label) and not is_other(label) and label.rsplit("/", 1)[-1] != BASE:
-            models[label]["vs_base"] = {m: versus_base(rows, label, m) for m in metrics}
-        if label + OTHER_SUFFIX in labels:
-            models[label]["action_sensitivity"] = {m: action_sensitivity(rows, label, m) for m in metrics}
-            if views:
-                models[label]["action_sensitivity_views"] = {
-                    role: {m: action_sensitivity(rows, label, m, role) for m in views[role]} for role in views}
-        inputs[label] = {n: {m: stats([r.get(m) for r in mine if r["name"] == n]) for m in metrics} for n in names}
-    for m in metrics:  # the best generated model per metric, for highlighting
-        means = {k: v[m]["mean"] for k, v in models.items() if not v["reference"] and not v["baseline"]}
-        for k in best_models(means, higher_is_better=m not in LOWER_IS_BETTER):
-            models[k].setdefault("best", []).append(m)
-    if DYNAMIC in metrics:
-        add_dynamic_floor(models)
-    return models, inputs
-
-
-def dynamic_floor(models: dict[str, Any]) -> float | None:
-    """The dynamic figure's floor on this footage: the real clips' own mean (the first real set's), None without one."""
-    means = [s[DYNAMIC]["mean"] for label, s in models.items() if is_reference(label) and s.get(DYNAMIC)
-             and s[DYNAMIC].get("mean") is not None]
-    return means[0] if means else None
-
-
-def add_dynamic_floor(models: dict[str, Any]) -> None:
-    """Beside every generated model's value of the dynamic figure, its floor (`floor_px`) and what it can resolve
-    (`scope`): a value within the floor, or one measured along the epipolar lines, says nothing about the model."""
-    floor = dynamic_floor(models)
-    for label, s in models.items():
-        if not is_reference(label) and s.get(DYNAMIC) is not None:
-            s[DYNAMIC] = {**s[DYNAMIC], "floor_px": floor, "scope": DYNAMIC_SCOPE}
-
-
-def floor_suffix(models: dict[str, Any], metric: str, label: str) -> str:
-    """' (floor 2.61 px)' beside a generated model's value of the dynamic figure (empty for other metrics and the
-    real clips; 'floor unknown' without a real clip value)."""
-    if metric != DYNAMIC or is_reference(label):
-        return ""
-    floor = (models.get(label, {}).get(metric) or {}).get("floor_px", dynamic_floor(models))
-    return f" (floor {floor:.2f} px)" if floor is not None else " (floor unknown: no real clip value)"
-
-
 # ---------------------------------------------------------------------------------------- output
 def write_rows(out: Path, rows: Sequence[dict[str, Any]], metrics: Sequence[str]) -> None:
     """videos.jsonl (everything) and videos.csv (the flat columns a spreadsheet wants), atomically."""
@@ -618,66 +476,6 @@ def write_rows(out: Path, rows: Sequence[dict[str, Any]], metrics: Sequence[str]
     for r in rows:
         w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in cols})
     atomic_write_bytes(out / "videos.csv", buf.getvalue().encode())
-
-
-def print_summary(results: dict[str, Any]) -> None:
-    """The scores (model, metric, mean ± std, n), the paired differences to the base and the action sensitivity
-    (mean, 95 % CI, win rate, pairs and inputs), and what was skipped.
-
-    A heading row per model, then a row per metric, not a column per metric: however many metrics were asked
-    for and however long the model names, every table fits 80 columns, which is what a log file under SLURM is
-    rendered at."""
-    from rich.console import Console
-    from rich.text import Text
-
-    metrics = results["metrics"]
-    console = Console()
-    table = _long_table(f"worldtune evaluate: {results['out']}", ("mean", "± std", "videos"))
-    for label, s in results["models"].items():
-        table.add_row(Text(label + (" (reference)" if s["reference"] else " (baseline)" if s.get("baseline") else ""),
-                           style="bold"))
-        for i, m in enumerate(metrics):
-            v = s[m]
-            mean, std = ("—", "") if v["mean"] is None else (_num(v["mean"]), _num(v["std"]))
-            table.add_row(f"  {m} {'↓' if m in LOWER_IS_BETTER else '↑'}", mean + floor_suffix(results["models"], m, label),
-                          std, str(v["n"]), end_section=i == len(metrics) - 1)
-    console.print(table)
-    if DYNAMIC in metrics:
-        console.print(f"  {DYNAMIC_SCOPE}.")
-    for label, s in results["models"].items():
-        if s.get("baseline") and s.get("description"):
-            console.print(f"  baseline {label}: {s['description']}")
-    notes: dict[str, dict[str, None]] = {}  # why a figure is missing -> the models it is missing for
-    for key, title in (("vs_base", "model − base, paired over (input, seed); n = pairs/inputs"),
-                       ("action_sensitivity", "own − another episode's actions, paired per clip; n = pairs/clips")):
-        diffs = {label: s[key] for label, s in results["models"].items() if key in s}
-        if diffs:
-            console.print(_differences_table(title, diffs, metrics, notes))
-    for why, where in notes.items():
-        console.print(f"  {why} ({', '.join(where)})")
-    for label, s in results.get("sampson", {}).items():
-        for kind in KINDS:
-            k = s.get(kind)
-            if k and k.get("pairs_skipped"):
-                console.print(f"  {label}: sampson_{kind} skipped {k['pairs_skipped']} of "
-                              f"{k['pairs'] + k['pairs_skipped']} frame pairs {k['skip_reasons']}")
-        if s.get("videos_skipped"):
-            console.print(f"  {label}: {s['videos_skipped']} video(s) could not be scored (see videos.jsonl status)")
-    ee = results.get("end_effector")
-    if ee and ee.get("status") != "ok":
-        console.print(f"  {EE_METRIC} absent: {ee['reason']}")
-    elif ee:
-        found = ", ".join(f"{label} {100 * m['found']:.0f} %" for label, m in ee["models"].items() if m.get("found") is not None)
-        console.print(f"  {EE_METRIC}: gripper found on {found} of the scored frames (elsewhere its last position "
-                      "is kept); the real clips' row is the detector's own error")
-    _print_task_and_seeds(console, results)
-    j = results["judge"]
-    if j["status"] == "skipped":
-        console.print(f"  judge skipped: {j['reason']}")
-    elif j["status"] == "ran":
-        for m, c in j["counts"].items():
-            console.print(f"  {m}: {c['ok']} scored, {c['cached']} from cache, {c['parse_failed']} unparsable (excluded), "
-                          f"{c['error']} failed, {c['skipped']} skipped")
 
 
 # ---------------------------------------------------------------------------------------- stage
@@ -775,27 +573,6 @@ def run(cfg: Any) -> dict[str, Any]:
     return results
 
 
-def _print_task_and_seeds(console: Any, results: dict[str, Any]) -> None:
-    """One line per model: inputs whose video does the task (k/n on the first seed, 95 % Wilson interval); and across
-    inputs / across seeds."""
-    ts = results.get("task_success") or {}
-    if ts.get("status") == "ok":
-        for label, m in ts["models"].items():
-            if m["n"]:
-                console.print(f"  task done {label}: {m['done']}/{m['n']} inputs [{m['ci_low']:.2f}, {m['ci_high']:.2f}]; "
-                              f"where the block moves {m['moved']['done']}/{m['moved']['n']}"
-                              + (f"; {m['not_judged']} not judged" if m["not_judged"] else ""))
-    elif ts:
-        console.print(f"  task success absent: {ts.get('reason')}")
-    for label, m in (results.get("input_vs_seed") or {}).get("models", {}).items():
-        if m.get("ratio") is None:
-            console.print(f"  across inputs / across seeds {label}: {m.get('reason')}")
-        else:
-            ci = f" [{m['ci_low']:.2f}, {m['ci_high']:.2f}]" if m.get("ci_low") is not None else f" ({m['reason']})"
-            console.print(f"  across inputs / across seeds {label}: {m['across_inputs']:.2f} / {m['across_seeds']:.2f} "
-                          f"= {m['ratio']:.2f}{ci}")
-
-
 def _closed_loop(whole: Any, generations: Path) -> dict[str, Any]:
     """The actions-mode videos labelled back by evaluate.actions.labellers (worldtune.eval.closed_loop)."""
     from worldtune.console import plain
@@ -815,46 +592,6 @@ def _closed_loop(whole: Any, generations: Path) -> dict[str, Any]:
             fps = float(json.loads((dataset / "info.json").read_text())["fps"])
             labellers[kind] = cl.cosmos3_labeller(whole, dataset, fps)
     return cl.run(generations, dataset, labellers)
-
-
-def _num(x: float) -> str:
-    """Four significant digits, no exponent for ordinary values: `23.41`, `0.8123`, `1.204`."""
-    return f"{x:.4g}"
-
-
-def _differences_table(title: str, diffs: dict[str, dict[str, Any]], metrics: Sequence[str],
-                       notes: dict[str, dict[str, None]]):
-    """Per model, per metric: mean difference, 95 % CI, win rate, n (pairs/inputs); the reasons for missing
-    figures are collected in `notes` (printed once under the tables)."""
-    from rich.text import Text
-
-    t = _long_table(title, ("diff", "95 % CI", "win", "n"))
-    for label, per in diffs.items():
-        t.add_row(Text(label, style="bold"))
-        for i, m in enumerate(metrics):
-            d = per.get(m) or {}
-            if d.get("ci_low") is None:
-                notes.setdefault(d.get("reason") or "no data", {})[label] = None
-            if d.get("mean") is None:
-                cells = ["—", "", ""]
-            else:
-                ci = f"[{d['ci_low']:+.2g}, {d['ci_high']:+.2g}]" if d.get("ci_low") is not None else "none"
-                cells = [f"{d['mean']:+.3g}", ci, f"{100 * d['win_rate']:.0f}%"]
-            cells.append(f"{d.get('n_pairs', 0)}/{d.get('n_inputs', 0)}")
-            t.add_row(f"  {m}", *cells, end_section=i == len(metrics) - 1)
-    return t
-
-
-def _long_table(title: str, columns: Sequence[str]):
-    """A table of (model heading, metric) rows and right-aligned figures that are never cut short."""
-    from rich import box
-    from rich.table import Table
-
-    t = Table(title=title, box=box.SIMPLE_HEAD)
-    t.add_column("model / metric", overflow="fold")
-    for col in columns:
-        t.add_column(col, justify="right", no_wrap=True)
-    return t
 
 
 def _write_json(path: Path, obj: Any) -> None:
