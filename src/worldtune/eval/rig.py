@@ -297,6 +297,7 @@ def split_disagreement(x0: np.ndarray, x1: np.ndarray, wh_a: tuple[int, int], wh
 
 
 TEXTURE_GRADIENT = 6.0  # camera_fixed_mask: a pixel with a weaker gradient cannot show motion above codec noise
+GRADIENT_SAMPLES = 16  # camera_fixed_mask: frames (evenly spread) whose gradients say where the view is textured
 
 
 def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ratio: float = 0.2,
@@ -318,13 +319,23 @@ def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ra
     so it is no evidence of being camera-fixed; ranked by percentile alone, its codec noise filled
     the textured share, stood still, and the closing joined it into one mask over most of the view.
     Plain pixels stay usable: they give no features either way.
+
+    Only pixels textured in at least half of the frames (the median of their gradient over the frames at
+    least `min_gradient`) can be camera-fixed: what rides with the camera keeps its edges in place all
+    along. A pixel of plain table that an edge crosses once (the table's border, an object the view
+    passes over) has a time-averaged gradient that counts as textured but changes only while the edge
+    goes by, so over the clip it changes as little as the gripper does. Counted as fixed, such trails
+    (a table border, the cube on robosuite's Lift as the wrist slows down to it) took half of the mask,
+    on the only texture a plain table has.
     """
     import cv2
 
     if len(frames) < 3:
         return None
     g = np.stack([cv2.GaussianBlur(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), (5, 5), 1.0) for f in frames]).astype(np.float32)
-    grad = np.stack([np.hypot(cv2.Sobel(x, cv2.CV_32F, 1, 0), cv2.Sobel(x, cv2.CV_32F, 0, 1)) for x in g[:: max(1, len(g) // 8)]]).mean(0)
+    grads = np.stack([np.hypot(cv2.Sobel(x, cv2.CV_32F, 1, 0), cv2.Sobel(x, cv2.CV_32F, 0, 1))
+                      for x in g[:: max(1, len(g) // GRADIENT_SAMPLES)]])
+    grad = grads.mean(0)
     textured = (grad > np.percentile(grad, 60)) & (grad >= min_gradient)
     if not textured.any():
         return None
@@ -336,7 +347,8 @@ def camera_fixed_mask(frames: np.ndarray, min_background_motion: float = 2.0, ra
             break
     if change is None or moving_level < min_background_motion:
         return None
-    fixed = (textured & (change < ratio * moving_level)).astype(np.uint8)
+    steady = textured & (np.median(grads, axis=0) >= min_gradient)  # textured in at least half of the frames
+    fixed = (steady & (change < ratio * moving_level)).astype(np.uint8)
     h, w = fixed.shape
     k = max(3, int(round(grow * max(h, w))) | 1)
     fixed = cv2.morphologyEx(fixed, cv2.MORPH_CLOSE, np.ones((k, k), np.uint8))
