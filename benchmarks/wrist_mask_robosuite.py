@@ -17,8 +17,8 @@ from git history (EARLIER: before the plain-table fix, and with it) and, with --
 
 Two commands, the second from the project's venv:
 
-    MUJOCO_GL=egl /work/venvs/robosuite/bin/python benchmarks/wrist_mask_robosuite.py --render /work/runs/robosuite_lift
-    .venv/bin/python benchmarks/wrist_mask_robosuite.py --videos /work/runs/robosuite_lift
+    MUJOCO_GL=egl ROBOSUITE_ENV/bin/python benchmarks/wrist_mask_robosuite.py --render DIR
+    .venv/bin/python benchmarks/wrist_mask_robosuite.py --videos DIR
 
 The render venv needs robosuite 1.5 and mujoco 3 (`pip install robosuite==1.5.1 "mujoco>=3.2,<3.4" av`).
 """
