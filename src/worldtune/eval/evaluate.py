@@ -52,7 +52,7 @@ from worldtune.errors import EvaluationError
 from worldtune.eval.end_effector import METRIC as EE_METRIC
 from worldtune.eval.sampson import KINDS
 from worldtune.eval.scores import (BASE, LOWER_IS_BETTER, PIXEL_METRICS, REFERENCE, SAMPSON_METRICS, _finite,
-                                       aggregate, base_label, is_reference, stats)
+                                   aggregate, base_label, is_reference, stats)
 from worldtune.eval.summary import print_summary
 from worldtune.names import inside
 
