@@ -30,12 +30,6 @@ def _round(x: float) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), 3)
 
 
-def reference_mode(views: dict, ep) -> dict:
-    """Reference mode (F estimated from the real clip): per fixed pair, accepted or declined, and how far
-    the estimate lies from the true F over the images (accepted or not, when a fit exists)."""
-    return _reference_pairs(views, "ep0", lambda a, b: ep.F(a, b), with_inliers=True)
-
-
 def _reference_pairs(views: dict, name: str, truth, with_inliers: bool = False) -> dict:
     """Per pair of a reference built from `views`: accepted or declined (and why), and how far the accepted
     estimate and the unguarded robust fit to the pooled distinct matches lie from `truth(a, b)`."""
@@ -58,6 +52,7 @@ def _reference_pairs(views: dict, name: str, truth, with_inliers: bool = False) 
         out[key] = {"accepted": p.F is not None, "reason": p.reason,
                     **({"inliers": p.inliers} if with_inliers else {}),
                     "from_truth_px": _round(distance_to_truth(p.F, F)) if p.F is not None else None,
+                    "estimate_error_px": p.checks.get("estimate_error_px"),  # what the split fits imply for it
                     "unguarded_fit_from_truth_px": _round(distance_to_truth(plain[0], F)) if plain else None}
     return out
 
@@ -93,18 +88,57 @@ def box_reference_mode(crfs: list[int], codec: str, frames: int = 16) -> dict:
     return out
 
 
-def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
-    from tests.eval.droid_scene import FIXED, H, W, DroidEpisode, encode
-    from tests.eval.test_calibration_check import calibrations
-    from worldtune.data.video import write_video
+def encode_row(views: dict, others: dict, cals: dict, K: dict, truth) -> dict:
+    """What the project's functions say about one encode of a fixed rig's clip (`views`, role -> frames), with
+    `others` another episode's views of the same cameras: the calibration check of each calibration (`cals`: name ->
+    pair key -> F, "right" the true one; `K` per role), the whole-frame figure per pair and for the clip under the
+    true calibration with its bimodality flag, the dynamic figure on the true frames and against the other episode,
+    and reference mode (`truth(a, b)`: the true F of a pair)."""
     from worldtune.eval.rig import PairReference, Reference
     from worldtune.eval.sampson import SampsonError, two_groups
+
+    roles = sorted(views)
+    sizes = {r: tuple(views[r].shape[1:3]) for r in roles}
+    metric = SampsonError()
+    row: dict = {"calibration": {}}
+    refs = {}
+    for name, pairs in cals.items():
+        base = Reference("ep0", sizes, set(), {k: PairReference(F, "calibrated") for k, F in pairs.items()}, K=K)
+        cpu = time.process_time()
+        refs[name] = metric.reference(views, "ep0", base=base)
+        row.setdefault("reference_cpu_s", {})[name] = round(time.process_time() - cpu, 2)  # the whole rig reference
+        row["calibration"][name] = {k: {"kept": p.F is not None, "reason": p.reason,
+                                        **{c: p.checks.get(c) for c in ("matches_within_0.5px", "by_chance_within_0.5px",
+                                                                        "matches_fitting_the_clip", "fitting_by_chance",
+                                                                        "silhouette_median_px", "unverified",
+                                                                        "real_clip_frames_scored")}}
+                                    for k, p in refs[name].pairs.items() if k in pairs}
+    score = metric.score_views(views, reference=refs["right"])
+    clip = score.overall("crossview")
+    row["crossview"] = {k: {"median_px": _round(s.median), "frames": s.evaluated, "bimodal": two_groups(s.pair_medians)}
+                        for k, s in score.crossview.items()}
+    row["crossview_clip"] = {"median_px": _round(clip.median), "frames": clip.evaluated,
+                             "bimodal": two_groups(clip.pair_medians)}
+    row["dynamic_true"] = {k: {"median_px": _round(s.median), "frames": s.evaluated}
+                           for k, s in score.crossview_dynamic.items()}
+    row["dynamic_other_episode"] = {}
+    for key in score.crossview_dynamic:
+        a, b = key.split("|")
+        s = metric.score_views({a: views[a], b: others[b]}, reference=refs["right"]).crossview_dynamic[key]
+        row["dynamic_other_episode"][key] = {"median_px": _round(s.median), "frames": s.evaluated}
+    row["reference_mode"] = _reference_pairs(views, "ep0", truth, with_inliers=True)
+    return row
+
+
+def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
+    from tests.eval.droid_scene import FIXED, DroidEpisode, encode
+    from tests.eval.test_calibration_check import calibrations
+    from worldtune.data.video import write_video
     from worldtune.eval.video import read_video
 
     ep, other = DroidEpisode(0, frames), DroidEpisode(1, frames)
     raw, raw_other = ep.views(FIXED), other.views(FIXED)
     cals = calibrations(ep)
-    metric = SampsonError()
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for crf in crfs:
@@ -114,35 +148,8 @@ def encodes(frames: int, crfs: list[int], codec: str = "x264") -> dict:
                 read = lambda v, name: encode(v, "av1", crf=crf)  # noqa: E731
             views = {r: read(v, r) for r, v in raw.items()}
             others = {r: read(v, f"other_{r}") for r, v in raw_other.items()}
-            row: dict = {"calibration": {}}
-            refs = {}
-            for name, pairs in cals.items():
-                base = Reference("ep0", {r: (H, W) for r in FIXED}, set(),
-                                 {k: PairReference(F, "calibrated") for k, F in pairs.items()}, K={r: ep.camera(r).K for r in FIXED})
-                cpu = time.process_time()
-                refs[name] = metric.reference(views, "ep0", base=base)
-                row.setdefault("reference_cpu_s", {})[name] = round(time.process_time() - cpu, 2)  # the whole rig reference
-                row["calibration"][name] = {k: {"kept": p.F is not None, "reason": p.reason,
-                                                **{c: p.checks.get(c) for c in ("matches_within_0.5px", "by_chance_within_0.5px",
-                                                                                "matches_fitting_the_clip", "fitting_by_chance",
-                                                                                "silhouette_median_px", "unverified",
-                                                                                "real_clip_frames_scored")}}
-                                            for k, p in refs[name].pairs.items() if k in pairs}
-            score = metric.score_views(views, reference=refs["right"])
-            clip = score.overall("crossview")
-            row["crossview"] = {k: {"median_px": _round(s.median), "frames": s.evaluated, "bimodal": two_groups(s.pair_medians)}
-                                for k, s in score.crossview.items()}
-            row["crossview_clip"] = {"median_px": _round(clip.median), "frames": clip.evaluated,
-                                     "bimodal": two_groups(clip.pair_medians)}
-            row["dynamic_true"] = {k: {"median_px": _round(s.median), "frames": s.evaluated}
-                                   for k, s in score.crossview_dynamic.items()}
-            row["dynamic_other_episode"] = {}
-            for key in score.crossview_dynamic:
-                a, b = key.split("|")
-                s = metric.score_views({a: views[a], b: others[b]}, reference=refs["right"]).crossview_dynamic[key]
-                row["dynamic_other_episode"][key] = {"median_px": _round(s.median), "frames": s.evaluated}
-            row["reference_mode"] = reference_mode(views, ep)
-            out[f"{codec}_crf{crf}"] = row
+            out[f"{codec}_crf{crf}"] = encode_row(views, others, cals, {r: ep.camera(r).K for r in FIXED},
+                                                  lambda a, b: ep.F(a, b))
     return out
 
 
