@@ -7,9 +7,10 @@ exterior cameras added to the task's model on a ring about the workspace: `ext_0
 0°, 30° and 78° about the vertical axis through the ring's centre, the same height and distance, so the fixed
 pairs are 30°, 78° and 48° apart. Each episode is 48 frames at 180x320 and 10 fps (a frame every second control
 step at 20 Hz: the arm moves up to 2 cm a frame), flipped upright as LeRobot's conversion scripts do; two episodes
-(seeds 0 and 1: another cube position and another place it is set down) give "another episode of the same task". Every view is written through x264 and SVT-AV1 at CRF 18, 28 and 35,
-both with a keyframe every 2 frames and yuv420p, as LeRobot writes, with its raw frames (.npy) and every camera's
-intrinsics and pose from MuJoCo (cameras.json).
+(seeds 0 and 1: another cube position and another place it is set down) give "another episode of the same
+task". Every view is written through x264 and SVT-AV1 at CRF 18, 28 and 35, both with a keyframe every 2 frames
+and yuv420p, as LeRobot writes, with its raw frames (.npy) and every camera's intrinsics and pose from MuJoCo
+(cameras.json).
 
 Before any figure the cameras are verified (`verify`): the cube's corners projected through them against its pixels
 in MuJoCo's segmentation render, each view's depth render carried into the other views, true scene points carried
@@ -211,7 +212,8 @@ def _depth_check(env, cams: dict, step: int = 4) -> dict[str, dict[str, float]]:
             seen = depth[b][px[ok, 1], px[ok, 0]]
             visible = seen > zb[ok] * 0.99 - 0.01  # not hidden behind something nearer in b
             agree = np.abs(seen - zb[ok]) < 0.01 * zb[ok]
-            out[f"{a}->{b}"] = {"points": int(visible.sum()), "depth_agrees": round(float(agree.sum() / max(visible.sum(), 1)), 3)}
+            share = float(agree.sum() / max(visible.sum(), 1))
+            out[f"{a}->{b}"] = {"points": int(visible.sum()), "depth_agrees": round(share, 3)}
     return out
 
 
