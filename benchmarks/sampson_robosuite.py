@@ -266,23 +266,23 @@ def write_mp4(path: Path, frames: np.ndarray, codec: str, crf: int) -> None:
         out.mux(s.encode())
 
 
-def render(out: Path, seeds: list[int], speed: float) -> None:
+def render(out: Path, seeds: list[int], speed: float, frames: int = FRAMES) -> None:
     out.mkdir(parents=True, exist_ok=True)
     meta: dict = {"ring": RING, "angles": ANGLES, "fps": FPS, "speed_m_per_frame": speed, "episodes": {}}
     for seed in seeds:
         t = time.time()
-        ep = render_episode(seed, speed)
+        ep = render_episode(seed, speed, frames)
         name = f"ep{seed}"
-        for role, frames in ep["views"].items():
-            np.save(out / f"{name}_{role}.npy", frames)
+        for role, video in ep["views"].items():
+            np.save(out / f"{name}_{role}.npy", video)
             for codec in CODECS:
                 for crf in CRFS:
-                    write_mp4(out / f"{name}_{role}_{codec}_crf{crf}.mp4", frames, codec, crf)
+                    write_mp4(out / f"{name}_{role}_{codec}_crf{crf}.mp4", video, codec, crf)
         meta["cameras"] = ep["cameras"]  # the rig is fixed: every episode has the same cameras
-        meta["episodes"][name] = {"seed": seed, "frames": FRAMES, "eef": ep["eef"], "cube": ep["cube"],
+        meta["episodes"][name] = {"seed": seed, "frames": frames, "eef": ep["eef"], "cube": ep["cube"],
                                   "checks": ep["checks"], "waypoints_reached": ep["waypoints_reached"]}
         travel = np.linalg.norm(np.diff(np.array(ep["eef"]), axis=0), axis=1).sum()
-        print(f"{name}: {FRAMES} frames, eef travel {travel:.2f} m, waypoints {ep['waypoints_reached']}, checks "
+        print(f"{name}: {frames} frames, eef travel {travel:.2f} m, waypoints {ep['waypoints_reached']}, checks "
               f"{json.dumps(ep['checks']['frame_0']['cube_box_px'])}, {time.time() - t:.0f} s", flush=True)
     (out / "cameras.json").write_text(json.dumps(meta, indent=1) + "\n")
 
@@ -463,13 +463,14 @@ def main() -> None:
     ap.add_argument("--render", type=Path, help="render the episodes into this folder (robosuite venv)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--speed", type=float, default=0.03, help="the gripper is sent at most this many m a frame")
+    ap.add_argument("--frames", type=int, default=FRAMES, help="frames per episode")
     ap.add_argument("--videos", type=Path, help="analyse the rendered episodes in this folder (project venv)")
     ap.add_argument("--codecs", nargs="+", default=list(CODECS), choices=list(CODECS))
     ap.add_argument("--crf", type=int, nargs="+", default=list(CRFS))
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/sampson_robosuite.json"))
     a = ap.parse_args()
     if a.render:
-        render(a.render, a.seeds, a.speed)
+        render(a.render, a.seeds, a.speed, a.frames)
     if a.videos:
         t = time.time()
         res = analyse(a.videos, a.codecs, a.crf)
@@ -477,7 +478,8 @@ def main() -> None:
                                 text=True).stdout.strip()
         meta = json.loads((a.videos / "cameras.json").read_text())
         res = {"scene": f"robosuite Lift, Panda, scripted OSC_POSE pick, carry and place; ring cameras {list(ANGLES)} "
-                        f"at {list(ANGLES.values())} degrees, {H}x{W}, {FPS} fps, {FRAMES} frames; episode ep0 "
+                        f"at {list(ANGLES.values())} degrees, {H}x{W}, {FPS} fps, "
+                        f"{meta['episodes']['ep0']['frames']} frames; episode ep0 "
                         f"(seed 0), another episode ep1 (seed 1)",
                "ring": meta["ring"], "cameras": meta["cameras"], "commit": commit,
                "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
