@@ -220,13 +220,14 @@ def _depth_check(env, cams: dict, step: int = 4) -> dict[str, dict[str, float]]:
 def render_episode(seed: int, speed: float, frames: int = FRAMES) -> dict:
     """One Lift episode under the scripted controller: the ring's views (T, H, W, 3) uint8 upright, the cameras,
     the world points of the gripper site and of the cube per frame, and the camera checks at frames 0 and T/2."""
+    from wrist_mask_robosuite import osc_action  # the render venv runs this file as a script, from benchmarks/
+
     env = make_env(seed)
     rng = np.random.default_rng(seed)
     cams = cameras(env)
     way = _script(env, rng)
     views: dict[str, list[np.ndarray]] = {r: [] for r in ROLES}
     eef, cube, checks, w, held = [], [], {}, 0, 0
-    scale = 0.05  # OSC_POSE maps an action of 1 to 5 cm of position delta
     for i in range(frames):
         for role in ROLES:
             views[role].append(np.ascontiguousarray(env.sim.render(camera_name=role, height=H, width=W)[::-1]))
@@ -236,14 +237,10 @@ def render_episode(seed: int, speed: float, frames: int = FRAMES) -> dict:
         eef.append(pos.tolist())
         cube.append(env.sim.data.body_xpos[env.cube_body_id].tolist())
         target, grip, hold = way[min(w, len(way) - 1)]
-        d = target - pos
-        step = d * min(1.0, speed / max(np.linalg.norm(d), 1e-9))  # at most `speed` m per frame
-        action = np.zeros(env.action_dim)
-        action[:3] = np.clip(step * 2.0 / scale, -1, 1)
-        action[-1] = grip
+        action = osc_action(env.action_dim, pos, target, grip, speed)
         for _ in range(STEPS_PER_FRAME):
             env.step(action)
-        if w < len(way) and np.linalg.norm(d) < 0.015:
+        if w < len(way) and np.linalg.norm(target - pos) < 0.015:
             held += 1
             if held > hold:
                 w, held = w + 1, 0

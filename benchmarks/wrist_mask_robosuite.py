@@ -46,6 +46,7 @@ SAMPLE = slice(0, 185, 2)
 CAMERA = "robot0_eye_in_hand"
 EARLIER = {"percentile_only": "e800e03^",  # textured: the 40 % of pixels with the strongest gradient
            "gradient_floor": "e800e03"}  # ... and a time-averaged gradient of at least 6 (the plain-table fix)
+OSC_SCALE = 0.05  # m of position delta per unit of OSC_POSE action (the scripts' gain)
 PARTS = {"hand": 1, "finger": 2, "cube": 3}  # the label image: 0 anything else
 CODECS = {"av1": ("libsvtav1", {"crf": "30", "g": "2", "preset": "10"}),
           "h264": ("libx264", {"crf": "30", "preset": "medium"})}
@@ -63,6 +64,17 @@ def _script(env, carry: bool, rng: np.random.Generator):
         way += [(aside + [0, 0, 0.20], 1.0, 0), (aside + [0, 0, 0.01], 1.0, 0), (aside + [0, 0, 0.01], -1.0, 10),
                 (aside + [0, 0, 0.18], -1.0, 0)]
     return way
+
+
+def osc_action(action_dim: int, pos: np.ndarray, target: np.ndarray, grip: float, speed: float) -> np.ndarray:
+    """OSC_POSE's action that moves the gripper towards `target` by at most `speed` m, with gripper command `grip`
+    (OSC_POSE maps a position action of 1 to OSC_SCALE m)."""
+    d = target - pos
+    step = d * min(1.0, speed / max(np.linalg.norm(d), 1e-9))
+    action = np.zeros(action_dim)
+    action[:3] = np.clip(step * 2.0 / OSC_SCALE, -1, 1)
+    action[-1] = grip
+    return action
 
 
 def render_episode(seed: int, speed: float, carry: bool) -> dict:
@@ -83,7 +95,6 @@ def render_episode(seed: int, speed: float, carry: bool) -> dict:
                      PARTS["cube"] if b.startswith("cube") else 0 for b in bodies], np.uint8)
     way = _script(env, carry, rng)
     frames, masks, eef, w, held = [], [], [], 0, 0
-    scale = 0.05  # OSC_POSE maps an action of 1 to 5 cm of position delta
     while len(frames) < FRAMES or w < len(way):
         img = env.sim.render(camera_name=CAMERA, height=H, width=W)
         seg = env.sim.render(camera_name=CAMERA, height=H, width=W, segmentation=True)
@@ -93,13 +104,8 @@ def render_episode(seed: int, speed: float, carry: bool) -> dict:
         pos = env.sim.data.site_xpos[env.robots[0].eef_site_id["right"]].copy()
         eef.append(pos.tolist())
         target, grip, hold = way[min(w, len(way) - 1)]
-        d = target - pos
-        step = d * min(1.0, speed / max(np.linalg.norm(d), 1e-9))  # at most `speed` m per frame
-        action = np.zeros(env.action_dim)
-        action[:3] = np.clip(step * 2.0 / scale, -1, 1)
-        action[-1] = grip
-        env.step(action)
-        if w < len(way) and np.linalg.norm(d) < 0.01:
+        env.step(osc_action(env.action_dim, pos, target, grip, speed))
+        if w < len(way) and np.linalg.norm(target - pos) < 0.01:
             held += 1
             if held > hold:
                 w, held = w + 1, 0
