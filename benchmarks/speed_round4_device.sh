@@ -7,6 +7,8 @@
 # Carry .whl/ (benchmarks/device_env.sh's wheels) with torchao's wheel added, made where pip reaches PyPI:
 #     pip download torchao==0.18.0 --no-deps -d .whl
 # torchao 0.18.0 is built against torch 2.11, the lent machines' torch.
+# fd_chunk also needs PyAV (serve's sampler imports the video module): carry .av (benchmarks/device_env.sh) in a
+# call of its own on the same warm machine, before or after (the carry limit leaves no room for both at once).
 #
 #   bash benchmarks/speed_round4_device.sh                         # every goal, within BUDGET seconds (default 520);
 #                                         fd_train (its target already met) last, so it is the one a tight budget skips
