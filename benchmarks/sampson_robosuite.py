@@ -42,7 +42,6 @@ import platform
 import subprocess
 import sys
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -249,21 +248,11 @@ def render_episode(seed: int, speed: float, frames: int = FRAMES) -> dict:
             "checks": checks, "waypoints_reached": w}
 
 
-def write_mp4(path: Path, frames: np.ndarray, codec: str, crf: int) -> None:
-    """Frames through libx264 or SVT-AV1 at `crf`, a keyframe every 2 frames, yuv420p: as LeRobot writes videos."""
-    import av
-
-    name, opts = CODECS[codec]
-    os.environ.setdefault("SVT_LOG", "1")
-    with av.open(str(path), "w") as out:
-        s = out.add_stream(name, rate=Fraction(FPS))
-        s.width, s.height, s.pix_fmt, s.options = frames.shape[2], frames.shape[1], "yuv420p", {**opts, "crf": str(crf)}
-        for f in frames:
-            out.mux(s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")))
-        out.mux(s.encode())
-
-
 def render(out: Path, seeds: list[int], speed: float, frames: int = FRAMES) -> None:
+    """Each seed's episode into `out`: every view as raw frames (.npy) and through every codec and CRF, as LeRobot
+    writes (a keyframe every 2 frames, yuv420p), and cameras.json."""
+    from wrist_mask_robosuite import write_mp4  # the render venv runs this file as a script, from benchmarks/
+
     out.mkdir(parents=True, exist_ok=True)
     meta: dict = {"ring": RING, "angles": ANGLES, "fps": FPS, "speed_m_per_frame": speed, "episodes": {}}
     for seed in seeds:
@@ -274,7 +263,9 @@ def render(out: Path, seeds: list[int], speed: float, frames: int = FRAMES) -> N
             np.save(out / f"{name}_{role}.npy", video)
             for codec in CODECS:
                 for crf in CRFS:
-                    write_mp4(out / f"{name}_{role}_{codec}_crf{crf}.mp4", video, codec, crf)
+                    encoder, options = CODECS[codec]
+                    write_mp4(out / f"{name}_{role}_{codec}_crf{crf}.mp4", video, encoder, {**options, "crf": str(crf)},
+                              FPS)
         meta["cameras"] = ep["cameras"]  # the rig is fixed: every episode has the same cameras
         meta["episodes"][name] = {"seed": seed, "frames": frames, "eef": ep["eef"], "cube": ep["cube"],
                                   "checks": ep["checks"], "waypoints_reached": ep["waypoints_reached"]}

@@ -115,14 +115,14 @@ def render_episode(seed: int, speed: float, carry: bool) -> dict:
     return {"frames": np.stack(frames), "labels": np.stack(masks), "eef": np.array(eef)}
 
 
-def write_mp4(path: Path, frames: np.ndarray, codec: str) -> None:
+def write_mp4(path: Path, frames: np.ndarray, encoder: str, options: dict[str, str], fps: int = FPS) -> None:
+    """Frames (T, H, W, 3) uint8 through `encoder` (libx264, libsvtav1) with its `options`, yuv420p."""
     import av
 
-    name, opts = CODECS[codec]
     os.environ.setdefault("SVT_LOG", "1")
     with av.open(str(path), "w") as out:
-        s = out.add_stream(name, rate=Fraction(FPS))
-        s.width, s.height, s.pix_fmt, s.options = frames.shape[2], frames.shape[1], "yuv420p", opts
+        s = out.add_stream(encoder, rate=Fraction(fps))
+        s.width, s.height, s.pix_fmt, s.options = frames.shape[2], frames.shape[1], "yuv420p", options
         for f in frames:
             out.mux(s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")))
         out.mux(s.encode())
@@ -138,7 +138,7 @@ def render(out: Path, seeds: list[int], speeds: dict[str, float]) -> None:
             np.savez_compressed(out / f"{name}.npz", frames=ep["frames"], labels=ep["labels"], eef=ep["eef"],
                                 speed=speed)
             for codec in CODECS:
-                write_mp4(out / f"{name}_{codec}.mp4", ep["frames"], codec)
+                write_mp4(out / f"{name}_{codec}.mp4", ep["frames"], *CODECS[codec])
             print(f"{name}: {len(ep['frames'])} frames, gripper {np.isin(ep['labels'], (1, 2)).mean():.3f} of the view, "
                   f"eef travel {np.linalg.norm(np.diff(ep['eef'], axis=0), axis=1).sum():.2f} m, {time.time() - t:.0f} s",
                   flush=True)
